@@ -1,0 +1,158 @@
+# flowkv: one Makefile for the whole tree. Read top to bottom:
+#   1. settings   2. sources per module   3. build rules
+#   4. test, sanitizers, lint   5. install, clean
+# Every library comes from pkg-config; `make deps` installs the Debian
+# packages that provide them. Outputs go to $(BUILD) (build/ by default):
+# programs in build/bin, libraries in build/lib, tests in build/tests.
+
+# ---- 1. settings -----------------------------------------------------------
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+# SAN=address|undefined|thread builds everything with that sanitizer.
+SAN     ?=
+# Seconds a single test program may run before it counts as failed.
+TEST_TIMEOUT ?= 900
+
+PKGS := libuv libxxhash lmdb libibverbs librdmacm
+# Recursive (=) on purpose: pkg-config runs only when a recipe needs it, so
+# `make deps` works on a machine that lacks the packages.
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS))
+
+WARN   := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+          -Wvla -Wformat=2 -Wundef -Wpointer-arith -Wno-unused-parameter
+CFLAGS ?= -O2 -g
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -pthread -fno-common -D_GNU_SOURCE -MMD -MP \
+             $(PKG_CFLAGS) $(SAN_FLAGS)
+LDLIBS  = $(PKG_LIBS) -lm -pthread
+
+ifneq ($(SAN),)
+SAN_FLAGS := -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+endif
+
+# ---- 2. sources per module -------------------------------------------------
+# Each module is a static library. Include paths are per module so that the
+# layering in DESIGN.md is enforced by the compiler: consensus/ cannot see
+# flows/ headers, flows/ cannot see consensus/.
+COMMON_SRC    := $(wildcard common/*.c)
+FLOWS_SRC     := $(wildcard flows/*.c flows/fabric/*.c)
+CONSENSUS_SRC := $(wildcard consensus/*.c)
+
+LIB_COMMON    := $(BUILD)/lib/libfkcommon.a
+LIB_FLOWS     := $(BUILD)/lib/libflows.a
+LIB_CONSENSUS := $(BUILD)/lib/libconsensus.a
+LIBS := $(LIB_COMMON)
+ifneq ($(FLOWS_SRC),)
+LIBS := $(LIB_FLOWS) $(LIBS)
+endif
+ifneq ($(CONSENSUS_SRC),)
+LIBS := $(LIB_CONSENSUS) $(LIBS)
+endif
+
+INC_common    := -Icommon
+INC_flows     := -Icommon -Iflows -Iflows/fabric
+INC_consensus := -Icommon -Iconsensus
+INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Itests
+
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+# Shell tests (integration, cluster, VM) print the same summary as C tests.
+SHELL_TESTS := $(sort $(wildcard tests/integration/test_*.sh))
+
+# V=1 prints every command; by default one short line per file.
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# Keep objects of test programs (make would delete them as intermediates).
+.SECONDARY:
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+.PHONY: all deps run test test-run tests asan ubsan tsan lint format install clean
+.DEFAULT_GOAL := all
+
+all: $(LIBS)
+
+# ---- 3. build rules --------------------------------------------------------
+$(BUILD)/obj/common/%.o: INCS = $(INC_common)
+$(BUILD)/obj/flows/%.o: INCS = $(INC_flows)
+$(BUILD)/obj/consensus/%.o: INCS = $(INC_consensus)
+$(BUILD)/obj/tests/%.o: INCS = $(INC_tests)
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(ALL_CFLAGS) $(INCS) -c $< -o $@
+
+$(LIB_COMMON): $(call obj,$(COMMON_SRC))
+$(LIB_FLOWS): $(call obj,$(FLOWS_SRC))
+$(LIB_CONSENSUS): $(call obj,$(CONSENSUS_SRC))
+$(BUILD)/lib/%.a:
+	@mkdir -p $(@D)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/check.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIBS) $(LDLIBS)
+
+# Helper programs that tests run (not tests themselves).
+AUX_PROGS := $(patsubst tests/selftest/%.c,$(BUILD)/tests-aux/%,$(wildcard tests/selftest/*.c))
+$(BUILD)/tests-aux/%: $(BUILD)/obj/tests/selftest/%.o $(BUILD)/obj/tests/check.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIBS) $(LDLIBS)
+
+tests: $(UNIT_TESTS) $(AUX_PROGS)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+
+# ---- 4. dependencies, run, tests, sanitizers, lint -------------------------
+# `make run` starts a local cluster once flowkv-server exists (the server
+# issue); until then it says so and fails rather than pretending.
+run: deps all
+	@echo "make run: flowkv-server is not built yet; see README.md (Status)." >&2
+	@exit 2
+
+# Installs missing Debian packages (root or sudo), else prints the command.
+deps:
+	@deploy/deps.sh
+
+# `make test` = deps, then build and run every test; the last line printed is
+# "N passed, M failed" and the status is non-zero if M > 0 or N = 0.
+test: deps
+	@$(MAKE) --no-print-directory test-run
+
+test-run: all tests
+	@BUILD=$(BUILD) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t $(TEST_TIMEOUT) $(UNIT_TESTS) $(SHELL_TESTS)
+
+# The same tests under each sanitizer, in separate build trees.
+asan: deps
+	@$(MAKE) --no-print-directory BUILD=build/asan SAN=address test-run
+ubsan: deps
+	@$(MAKE) --no-print-directory BUILD=build/ubsan SAN=undefined test-run
+tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=thread test-run
+
+C_FILES := $(sort $(shell find common flows consensus server client ycsb tests -name '*.[ch]' 2>/dev/null))
+lint:
+	clang-format --dry-run --Werror $(C_FILES)
+	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
+	    --inline-suppr --suppress=missingIncludeSystem -Icommon -Iflows -Iconsensus -Itests \
+	    $(filter %.c,$(C_FILES))
+
+format:
+	clang-format -i $(C_FILES)
+
+# ---- 5. install, clean -----------------------------------------------------
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/flowkv
+	install -m 644 $(LIBS) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(wildcard common/*.h) $(DESTDIR)$(PREFIX)/include/flowkv/
+
+clean:
+	rm -rf build

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# deploy/deps.sh: makes sure the Debian packages flowkv builds and tests with
+# are installed. Quick (one dpkg-query) when everything is present.
+#
+#   deploy/deps.sh            install what is missing (root, or sudo -n)
+#   deploy/deps.sh --check    only report; exit 1 if something is missing
+#
+# Without root or password-less sudo it prints the exact apt-get command and
+# exits 1, so `make test` stops with a clear message instead of failing later.
+set -eu
+
+# Build: compiler, pkg-config and the -dev packages of the chosen libraries.
+BUILD_PKGS="build-essential make pkg-config libibverbs-dev librdmacm-dev libuv1-dev
+libxxhash-dev liblmdb-dev"
+# Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
+# lint and fuzz tooling.
+TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2"
+
+want=$(echo $BUILD_PKGS $TEST_PKGS ${FLOWKV_EXTRA_PKGS:-})
+
+# One dpkg-query for all: it prints "NAME install ok installed" for each
+# installed package; any other state, or no line at all, counts as missing.
+installed=$(dpkg-query -W -f='${Package} ${Status}\n' $want 2>/dev/null |
+    awk '$2 == "install" && $3 == "ok" && $4 == "installed" { print $1 }' || true)
+missing=""
+for p in $want; do
+    if ! grep -qx "$p" <<<"$installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -z "$missing" ]; then
+    exit 0
+fi
+missing=${missing# }
+if [ "${1:-}" = "--check" ]; then
+    echo "deps: missing packages: $missing" >&2
+    exit 1
+fi
+
+cmd="apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing"
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=""
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo="sudo -n"
+else
+    echo "deps: missing packages: $missing" >&2
+    echo "deps: run as root:  $cmd" >&2
+    exit 1
+fi
+
+echo "deps: installing $missing"
+# Retried once: a mirror hiccup during update should not fail a CI run.
+for attempt in 1 2; do
+    if $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+            --no-install-recommends $missing; then
+        exit 0
+    fi
+    echo "deps: apt-get failed (attempt $attempt)" >&2
+    sleep 5
+done
+exit 1

@@ -1,0 +1,39 @@
+# tests/lib.sh: helpers for shell tests; source it, then call t_ok / t_fail
+# for each check and t_done at the end. Output matches tests/check.h so that
+# tests/run.sh counts shell tests and C tests alike.
+t__pass=0
+t__fail=0
+t__n=0
+
+# t_ok NAME: one passed check.
+t_ok() {
+    t__n=$((t__n + 1))
+    t__pass=$((t__pass + 1))
+    echo "ok $t__n - $1"
+}
+
+# t_fail NAME WHY: one failed check; WHY names what was expected.
+t_fail() {
+    t__n=$((t__n + 1))
+    t__fail=$((t__fail + 1))
+    echo "not ok $t__n - $1: $2"
+}
+
+# t_check NAME COMMAND...: runs COMMAND; passes when it exits 0.
+t_check() {
+    local name=$1
+    shift
+    local out
+    if out=$("$@" 2>&1); then
+        t_ok "$name"
+    else
+        t_fail "$name" "'$*' failed: $(tail -n 3 <<<"$out" | tr '\n' ' ')"
+    fi
+}
+
+# t_done: prints the summary line and exits 1 if anything failed.
+t_done() {
+    echo "# check: $(basename "$0") passed=$t__pass failed=$t__fail"
+    [ "$t__fail" -eq 0 ] && [ "$t__pass" -gt 0 ]
+    exit $?
+}
