@@ -1,0 +1,156 @@
+/* Unit tests for common/fk_conf: the cluster description file. */
+#include "check.h"
+#include "fk_conf.h"
+#include "fk_error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static struct fk_cluster_conf conf;
+static char err[FK_CONF_ERR_MAX];
+
+static const char *good = "; a three-node cluster\n"
+                          "[cluster]\n"
+                          "protocol = multipaxos\n"
+                          "durability = async\n"
+                          "token = 0123456789abcdef0123\n"
+                          "sequencers = 2, 1\n"
+                          "[node 0]\n"
+                          "address = 127.0.0.1:7100\n"
+                          "data_dir = data/0\n"
+                          "[node 1]\n"
+                          "address = [::1]:7101\n"
+                          "fabric = verbs\n"
+                          "rdma_device = rxe0\n"
+                          "host = beta\n"
+                          "[node 2]\n"
+                          "address = localhost:7102 ; inline comment\n"
+                          "metrics = 127.0.0.1:9100\n"
+                          "data_dir = /abs/2\n";
+
+TEST(conf_parses_every_key)
+{
+    CHECK_OK(fk_conf_parse(good, "t.conf", "/etc/fk", &conf, err, sizeof err));
+    CHECK_EQ_I64(conf.protocol, FK_PROTO_MULTIPAXOS);
+    CHECK_EQ_I64(conf.durability, FK_DURABLE_ASYNC);
+    CHECK_EQ_STR(conf.token, "0123456789abcdef0123");
+    CHECK_EQ_U64(conf.n_nodes, 3);
+    CHECK_EQ_U64(conf.n_sequencers, 2);
+    CHECK_EQ_U64(conf.sequencers[0], 2);
+    CHECK_EQ_U64(conf.sequencers[1], 1);
+    CHECK_EQ_STR(conf.nodes[0].ip, "127.0.0.1");
+    CHECK_EQ_U64(conf.nodes[0].port, 7100);
+    CHECK_EQ_STR(conf.nodes[0].host, "127.0.0.1");
+    CHECK_EQ_STR(conf.nodes[0].data_dir, "/etc/fk/data/0");
+    CHECK_EQ_I64(conf.nodes[0].fabric, FK_FABRIC_AUTO);
+    CHECK_EQ_STR(conf.nodes[1].ip, "::1");
+    CHECK_EQ_U64(conf.nodes[1].port, 7101);
+    CHECK_EQ_I64(conf.nodes[1].fabric, FK_FABRIC_VERBS);
+    CHECK_EQ_STR(conf.nodes[1].rdma_device, "rxe0");
+    CHECK_EQ_STR(conf.nodes[1].host, "beta");
+    CHECK_EQ_STR(conf.nodes[2].address, "localhost:7102");
+    CHECK_EQ_STR(conf.nodes[2].metrics, "127.0.0.1:9100");
+    CHECK_EQ_STR(conf.nodes[2].data_dir, "/abs/2");
+}
+
+TEST(conf_defaults)
+{
+    CHECK_OK(fk_conf_parse("[cluster]\ntoken=aaaaaaaaaaaaaaaa\n[node 0]\naddress=h:1\n", "t", NULL,
+                           &conf, err, sizeof err));
+    CHECK_EQ_I64(conf.protocol, FK_PROTO_NOPAXOS);
+    CHECK_EQ_I64(conf.durability, FK_DURABLE_SYNC);
+    CHECK_EQ_U64(conf.n_sequencers, 1);
+    CHECK_EQ_U64(conf.sequencers[0], 0);
+    CHECK_EQ_STR(conf.nodes[0].metrics, "");
+}
+
+/* Each bad file must fail with FK_ECONFIG and a message naming the problem. */
+static void expect_bad(const char *text, const char *needle)
+{
+    memset(err, 0, sizeof err);
+    CHECK_ERR(fk_conf_parse(text, "bad.conf", NULL, &conf, err, sizeof err), FK_ECONFIG);
+    CHECK_MSG(strstr(err, needle) != NULL, "error '%s' does not mention '%s'", err, needle);
+}
+
+#define HEAD "[cluster]\ntoken=aaaaaaaaaaaaaaaa\n"
+
+TEST(conf_rejects_bad_files_with_clear_errors)
+{
+    expect_bad(HEAD "[node 0]\nadress=h:1\n", "bad.conf:4: unknown key 'adress' in [node 0]");
+    expect_bad(HEAD "[node 0]\naddress=h\n", "bad.conf:4: address 'h' is not host:port");
+    expect_bad(HEAD "[node 0]\naddress=h:70000\n", "port 1..65535");
+    expect_bad(HEAD "[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n", "odd number");
+    expect_bad(HEAD "[node 0]\naddress=h:1\n[node 2]\naddress=h:2\n", "without holes");
+    expect_bad(HEAD "[node 0]\naddress=h:1\n[node 1]\naddress=h:1\n[node 2]\naddress=h:3\n",
+               "share address h:1");
+    expect_bad(HEAD "[node 0]\nfabric=verbs\n", "[node 0] has no address");
+    expect_bad(HEAD "[node 0]\naddress=h:1\nfabric=ib\n", "fabric must be auto, tcp or verbs");
+    expect_bad("[cluster]\ntoken=short\n[node 0]\naddress=h:1\n", "token must be 16 to 127");
+    expect_bad("[cluster]\nprotocol=raft\n", "protocol must be nopaxos or multipaxos");
+    expect_bad("[node 0]\naddress=h:1\n", "needs token");
+    expect_bad(HEAD "sequencers=0,5\n[node 0]\naddress=h:1\n", "sequencer 5 is not a node");
+    expect_bad(HEAD "[nodes]\nx = 1\n", "unknown section [nodes]");
+    expect_bad(HEAD "[node 0]\njust some words\n", "bad.conf:4: syntax error");
+    expect_bad("x=1\n", "outside any [section]");
+    expect_bad(HEAD "[node 99]\naddress=h:1\n", "node id 99 is not below");
+}
+
+TEST(conf_load_file_token_file_and_missing_file)
+{
+    char dir[] = "/tmp/fkconfXXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[128], tpath[128];
+    snprintf(path, sizeof path, "%s/cluster.conf", dir);
+    snprintf(tpath, sizeof tpath, "%s/token", dir);
+    FILE *f = fopen(tpath, "w");
+    fputs("fedcba9876543210XYZ\n", f);
+    fclose(f);
+    f = fopen(path, "w");
+    fputs("[cluster]\ntoken_file=token\n[node 0]\naddress=127.0.0.1:1\ndata_dir=d0\n", f);
+    fclose(f);
+    CHECK_OK(fk_conf_load(path, &conf, err, sizeof err));
+    CHECK_EQ_STR(conf.token, "fedcba9876543210XYZ");
+    char want[160];
+    snprintf(want, sizeof want, "%s/d0", dir);
+    CHECK_EQ_STR(conf.nodes[0].data_dir, want);
+    unlink(tpath);
+    CHECK_ERR(fk_conf_load(path, &conf, err, sizeof err), FK_ECONFIG);
+    CHECK_MSG(strstr(err, "token_file") != NULL, "error '%s'", err);
+    unlink(path);
+    rmdir(dir);
+    CHECK_ERR(fk_conf_load(path, &conf, err, sizeof err), -ENOENT);
+    CHECK_MSG(strstr(err, "No such file") != NULL, "error '%s'", err);
+}
+
+TEST(conf_split_address)
+{
+    char ip[64];
+    uint16_t port = 0;
+    CHECK_OK(fk_conf_split_address("10.0.0.1:80", ip, sizeof ip, &port));
+    CHECK_EQ_STR(ip, "10.0.0.1");
+    CHECK_EQ_U64(port, 80);
+    CHECK_OK(fk_conf_split_address("[fe80::1]:443", ip, sizeof ip, &port));
+    CHECK_EQ_STR(ip, "fe80::1");
+    CHECK_ERR(fk_conf_split_address(":80", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("h:", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("h:0", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("h:12x", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("[::1]80", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("", ip, sizeof ip, &port), FK_EINVAL);
+    CHECK_ERR(fk_conf_split_address("abcdefgh:1", ip, 4, &port), FK_EINVAL);
+}
+
+TEST(conf_names_round_trip)
+{
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_I64(fk_protocol_parse(fk_protocol_name(i)), i);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_I64(fk_fabric_parse(fk_fabric_name(i)), i);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_I64(fk_durability_parse(fk_durability_name(i)), i);
+    CHECK_ERR(fk_fabric_parse("rdma"), FK_EINVAL);
+}
+
+CHECK_MAIN()
