@@ -38,10 +38,14 @@ endif
 COMMON_SRC    := $(wildcard common/*.c)
 FLOWS_SRC     := $(wildcard flows/*.c flows/fabric/*.c)
 CONSENSUS_SRC := $(wildcard consensus/*.c)
+# server/: everything but the program's main() goes into libfkserver.a so
+# tests can link the pieces.
+SERVER_SRC    := $(filter-out server/main.c,$(wildcard server/*.c))
 
 LIB_COMMON    := $(BUILD)/lib/libfkcommon.a
 LIB_FLOWS     := $(BUILD)/lib/libflows.a
 LIB_CONSENSUS := $(BUILD)/lib/libconsensus.a
+LIB_SERVER    := $(BUILD)/lib/libfkserver.a
 LIBS := $(LIB_COMMON)
 ifneq ($(FLOWS_SRC),)
 LIBS := $(LIB_FLOWS) $(LIBS)
@@ -49,11 +53,15 @@ endif
 ifneq ($(CONSENSUS_SRC),)
 LIBS := $(LIB_CONSENSUS) $(LIBS)
 endif
+ifneq ($(SERVER_SRC),)
+LIBS := $(LIB_SERVER) $(LIBS)
+endif
 
 INC_common    := -Icommon
 INC_flows     := -Icommon -Iflows -Iflows/fabric
 INC_consensus := -Icommon -Iconsensus
-INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Itests
+INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver
+INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Itests
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 # Shell tests (integration, cluster, VM) print the same summary as C tests.
@@ -80,6 +88,7 @@ all: $(LIBS)
 $(BUILD)/obj/common/%.o: INCS = $(INC_common)
 $(BUILD)/obj/flows/%.o: INCS = $(INC_flows)
 $(BUILD)/obj/consensus/%.o: INCS = $(INC_consensus)
+$(BUILD)/obj/server/%.o: INCS = $(INC_server)
 $(BUILD)/obj/tests/%.o: INCS = $(INC_tests)
 
 $(BUILD)/obj/%.o: %.c
@@ -90,6 +99,7 @@ $(BUILD)/obj/%.o: %.c
 $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_FLOWS): $(call obj,$(FLOWS_SRC))
 $(LIB_CONSENSUS): $(call obj,$(CONSENSUS_SRC))
+$(LIB_SERVER): $(call obj,$(SERVER_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(@D)
 	@echo "  AR      $@"

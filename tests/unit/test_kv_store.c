@@ -1,0 +1,285 @@
+/* Unit tests for server/kv_store: the LMDB environment of a replica. */
+#include "check.h"
+#include "fk_error.h"
+#include "kv_store.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static struct kv_store *open_store(uint64_t map, enum fk_durability d)
+{
+    struct kv_store_opts o = {.dir = dir, .map_size = map, .durability = d};
+    struct kv_store *s = NULL;
+    CHECK_OK(kv_store_open(&o, &s));
+    return s;
+}
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/fkstoreXXXXXX");
+    CHECK(mkdtemp(dir) != NULL);
+}
+
+static void remove_dir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+TEST(store_put_get_across_reopen)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_SYNC);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_log_put(s, 1, "entry-1", 7));
+    CHECK_OK(kv_data_put(s, "k", 1, "v1", 2));
+    CHECK_OK(kv_meta_put(s, "view", "\x05", 1));
+    CHECK_OK(kv_client_put(s, 42, "rec", 3));
+    /* Reads inside the write transaction see its writes. */
+    char buf[64];
+    size_t len;
+    CHECK_OK(kv_data_get(s, "k", 1, buf, sizeof buf, &len));
+    CHECK(len == 2 && memcmp(buf, "v1", 2) == 0);
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+
+    s = open_store(0, FK_DURABLE_SYNC);
+    CHECK_OK(kv_log_get(s, 1, buf, sizeof buf, &len));
+    CHECK(len == 7 && memcmp(buf, "entry-1", 7) == 0);
+    CHECK_OK(kv_meta_get(s, "view", buf, sizeof buf, &len));
+    CHECK(len == 1 && buf[0] == 5);
+    CHECK_OK(kv_client_get(s, 42, buf, sizeof buf, &len));
+    CHECK(len == 3 && memcmp(buf, "rec", 3) == 0);
+    CHECK_ERR(kv_data_get(s, "x", 1, buf, sizeof buf, &len), FK_ENOTFOUND);
+    CHECK_ERR(kv_data_get(s, "k", 1, buf, 1, &len), FK_ETOOBIG);
+    CHECK_EQ_U64(len, 2);
+    kv_store_close(s);
+    remove_dir();
+}
+
+TEST(store_abort_drops_changes_and_bad_calls_fail)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    char buf[8];
+    size_t len;
+    CHECK_ERR(kv_data_put(s, "k", 1, "v", 1), FK_EINVAL); /* no write txn */
+    CHECK_ERR(kv_write_commit(s), FK_EINVAL);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_ERR(kv_write_begin(s), FK_EBUSY);
+    CHECK_OK(kv_data_put(s, "k", 1, "v", 1));
+    CHECK_ERR(kv_data_del(s, "nope", 4), FK_ENOTFOUND);
+    kv_write_abort(s);
+    CHECK_ERR(kv_data_get(s, "k", 1, buf, sizeof buf, &len), FK_ENOTFOUND);
+    CHECK_OK(kv_write_begin(s));
+    char big[KV_STORE_KEY_MAX + 1];
+    memset(big, 'a', sizeof big);
+    CHECK_ERR(kv_data_put(s, big, sizeof big, "v", 1), FK_ETOOBIG);
+    CHECK_ERR(kv_data_put(s, "", 0, "v", 1), FK_EINVAL);
+    CHECK_ERR(kv_meta_put(s, "", "v", 1), FK_EINVAL);
+    kv_write_abort(s);
+    kv_store_close(s);
+    struct kv_store_opts o = {.dir = "/proc/definitely/not/here"};
+    struct kv_store *t = NULL;
+    CHECK(kv_store_open(&o, &t) < 0 && t == NULL);
+    CHECK_ERR(kv_store_open(NULL, &t), FK_EINVAL);
+    remove_dir();
+}
+
+TEST(store_log_trim_truncate_bounds)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    uint64_t first, last;
+    CHECK_ERR(kv_log_bounds(s, &first, &last), FK_ENOTFOUND);
+    char entry[100];
+    memset(entry, 'e', sizeof entry);
+    /* 20,000 entries span many B-tree pages, so trimming crosses pages. */
+    CHECK_OK(kv_write_begin(s));
+    for (uint64_t i = 1; i <= 20000; i++)
+        CHECK_OK(kv_log_put(s, i, entry, sizeof entry));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_OK(kv_log_bounds(s, &first, &last));
+    CHECK_EQ_U64(first, 1);
+    CHECK_EQ_U64(last, 20000);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_log_trim(s, 15001));
+    CHECK_OK(kv_log_truncate(s, 19001));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_OK(kv_log_bounds(s, &first, &last));
+    CHECK_EQ_U64(first, 15001);
+    CHECK_EQ_U64(last, 19000);
+    struct kv_store_stats st;
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ_U64(st.log_entries, 4000);
+    size_t len;
+    CHECK_ERR(kv_log_get(s, 15000, entry, sizeof entry, &len), FK_ENOTFOUND);
+    CHECK_OK(kv_log_get(s, 15001, entry, sizeof entry, &len));
+    /* Trimming below everything and truncating past the end are no-ops. */
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_log_trim(s, 3));
+    CHECK_OK(kv_log_truncate(s, 50000));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ_U64(st.log_entries, 4000);
+    kv_store_close(s);
+    remove_dir();
+}
+
+struct scan_acc {
+    char keys[16][8];
+    int n;
+};
+
+static int collect(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    struct scan_acc *a = arg;
+    CHECK(kl < 8 && a->n < 16);
+    memcpy(a->keys[a->n], k, kl);
+    a->keys[a->n][kl] = '\0';
+    a->n++;
+    return strcmp(a->keys[a->n - 1], "k7") == 0 ? 1 : 0;
+}
+
+TEST(store_scan_is_ordered_and_bounded)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    CHECK_OK(kv_write_begin(s));
+    const char *keys[] = {"k5", "k1", "k3", "k7", "k9", "k2"};
+    for (int i = 0; i < 6; i++)
+        CHECK_OK(kv_data_put(s, keys[i], 2, "v", 1));
+    CHECK_OK(kv_write_commit(s));
+    struct scan_acc a = {.n = 0};
+    CHECK_EQ_I64(kv_data_scan(s, "k2", 2, 2, collect, &a), 2);
+    CHECK_EQ_STR(a.keys[0], "k2");
+    CHECK_EQ_STR(a.keys[1], "k3");
+    a.n = 0;
+    /* Starts between keys; the visitor stops at k7. */
+    CHECK_EQ_I64(kv_data_scan(s, "k4", 2, 100, collect, &a), 2);
+    CHECK_EQ_STR(a.keys[0], "k5");
+    CHECK_EQ_STR(a.keys[1], "k7");
+    a.n = 0;
+    CHECK_EQ_I64(kv_data_scan(s, NULL, 0, 100, collect, &a), 5);
+    CHECK_EQ_STR(a.keys[0], "k1");
+    a.n = 0;
+    CHECK_EQ_I64(kv_data_scan(s, "z", 1, 100, collect, &a), 0);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_data_clear(s));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_EQ_I64(kv_data_scan(s, NULL, 0, 100, collect, &a), 0);
+    kv_store_close(s);
+    remove_dir();
+}
+
+TEST(store_map_full_is_an_error_and_keeps_committed_data)
+{
+    make_dir();
+    struct kv_store *s = open_store(1 << 20, FK_DURABLE_ASYNC); /* 1 MiB map */
+    char val[4000];
+    memset(val, 'v', sizeof val);
+    int rc = 0, committed = 0;
+    /* Bounded: 1 MiB cannot hold 1,000 values of 4 KB. */
+    for (int i = 0; i < 1000 && rc == 0; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "key%05d", i);
+        CHECK_OK(kv_write_begin(s));
+        rc = kv_data_put(s, key, strlen(key), val, sizeof val);
+        if (rc == 0)
+            rc = kv_write_commit(s);
+        if (rc == 0)
+            committed++;
+    }
+    CHECK_ERR(rc, FK_EFULL);
+    CHECK(committed > 10);
+    /* The failed transaction is gone; the store still answers. */
+    CHECK_ERR(kv_write_commit(s), FK_EINVAL);
+    char buf[4096];
+    size_t len;
+    CHECK_OK(kv_data_get(s, "key00000", 8, buf, sizeof buf, &len));
+    CHECK_EQ_U64(len, sizeof val);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_data_del(s, "key00000", 8));
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+    s = open_store(1 << 20, FK_DURABLE_ASYNC);
+    struct kv_store_stats st;
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ_U64(st.data_entries, (uint64_t)committed - 1);
+    kv_store_close(s);
+    remove_dir();
+}
+
+TEST(store_survives_kill_9_with_every_acknowledged_commit)
+{
+    /* A child commits log entries in sync mode and reports each commit
+     * through a pipe; the parent kills it with SIGKILL mid-stream, reopens
+     * the environment and finds every reported entry. */
+    make_dir();
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        struct kv_store *s = open_store(0, FK_DURABLE_SYNC);
+        for (uint64_t i = 1; i <= 100000; i++) {
+            if (kv_write_begin(s) < 0 || kv_log_put(s, i, &i, sizeof i) < 0 ||
+                kv_write_commit(s) < 0)
+                _exit(2);
+            if (write(p[1], &i, sizeof i) != sizeof i)
+                _exit(3);
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    uint64_t acked = 0, v;
+    while (acked < 200 && read(p[0], &v, sizeof v) == sizeof v)
+        acked = v;
+    kill(pid, SIGKILL);
+    while (read(p[0], &v, sizeof v) == sizeof v) /* drain what was acknowledged */
+        acked = v;
+    close(p[0]);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK(acked >= 200);
+    struct kv_store *s = open_store(0, FK_DURABLE_SYNC);
+    uint64_t first, last;
+    CHECK_OK(kv_log_bounds(s, &first, &last));
+    CHECK_EQ_U64(first, 1);
+    CHECK_MSG(last >= acked, "last entry %lu < acknowledged %lu", (unsigned long)last,
+              (unsigned long)acked);
+    for (uint64_t i = 1; i <= acked; i++) {
+        size_t len;
+        CHECK_OK(kv_log_get(s, i, &v, sizeof v, &len));
+        CHECK_EQ_U64(v, i);
+    }
+    kv_store_close(s);
+    remove_dir();
+}
+
+TEST(store_rejects_a_directory_that_is_not_lmdb)
+{
+    make_dir();
+    char path[128];
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    for (int i = 0; i < 1000; i++)
+        fputs("this is not an lmdb file\n", f);
+    fclose(f);
+    struct kv_store_opts o = {.dir = dir};
+    struct kv_store *s = NULL;
+    int rc = kv_store_open(&o, &s);
+    CHECK_MSG(rc < 0 && s == NULL, "opened garbage: rc=%d", rc);
+    remove_dir();
+}
+
+CHECK_MAIN()
