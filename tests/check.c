@@ -111,7 +111,16 @@ static int check__run_one(const struct check_entry *t, unsigned timeout_s, char 
     while (used > 0 && buf[used - 1] == '\n')
         buf[--used] = '\0';
     char *last = strrchr(buf, '\n');
-    last = last ? last + 1 : buf;
+    if (last != NULL) {
+        /* A multi-line failure message or test chatter: show all of it as
+         * comment lines, then the last line becomes the reason. */
+        *last = '\0';
+        for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+            printf("#   %s\n", line);
+        last++;
+    } else {
+        last = buf;
+    }
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         snprintf(why, cap, "killed by signal %d (%s)%s%s%.2000s", sig, strsignal(sig),

@@ -1,0 +1,160 @@
+/* fk_metrics.c: registry and Prometheus text rendering. */
+#include "fk_metrics.h"
+
+#include "fk_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void fk_metrics_init(struct fk_metrics *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+static int fk__valid_name(const char *s)
+{
+    if (s == NULL || s[0] == '\0' || strlen(s) >= FK_METRICS_NAME_MAX)
+        return 0;
+    for (const char *p = s; *p; p++) {
+        int alpha = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_' || *p == ':';
+        int digit = *p >= '0' && *p <= '9';
+        if (!alpha && !(digit && p != s))
+            return 0;
+    }
+    return 1;
+}
+
+static struct fk_metric *fk__add(struct fk_metrics *r, const char *name, const char *labels,
+                                 const char *help, enum fk_metric_kind kind)
+{
+    if (labels == NULL)
+        labels = "";
+    if (r->n >= FK_METRICS_MAX || !fk__valid_name(name) || help == NULL || strchr(help, '\n') ||
+        strlen(labels) >= FK_METRICS_LABEL_MAX || strchr(labels, '\n'))
+        return NULL;
+    struct fk_metric *m = &r->m[r->n++];
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->labels, sizeof m->labels, "%s", labels);
+    m->help = help;
+    m->kind = kind;
+    return m;
+}
+
+struct fk_metric *fk_metrics_counter(struct fk_metrics *r, const char *name, const char *labels,
+                                     const char *help)
+{
+    return fk__add(r, name, labels, help, FK_METRIC_COUNTER);
+}
+
+struct fk_metric *fk_metrics_gauge(struct fk_metrics *r, const char *name, const char *labels,
+                                   const char *help)
+{
+    return fk__add(r, name, labels, help, FK_METRIC_GAUGE);
+}
+
+struct fk_metric *fk_metrics_gauge_fn(struct fk_metrics *r, const char *name, const char *labels,
+                                      const char *help, fk_gauge_fn fn, void *arg)
+{
+    if (fn == NULL)
+        return NULL;
+    struct fk_metric *m = fk__add(r, name, labels, help, FK_METRIC_GAUGE);
+    if (m) {
+        m->fn = fn;
+        m->fn_arg = arg;
+    }
+    return m;
+}
+
+struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,
+                                     const char *help, const struct fk_hist *h)
+{
+    if (h == NULL)
+        return NULL;
+    struct fk_metric *m = fk__add(r, name, labels, help, FK_METRIC_SUMMARY);
+    if (m)
+        m->hist = h;
+    return m;
+}
+
+struct fk__out {
+    char *buf;
+    size_t cap, len;
+    int overflow;
+};
+
+static void fk__printf(struct fk__out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void fk__printf(struct fk__out *o, const char *fmt, ...)
+{
+    if (o->overflow)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= o->cap - o->len) {
+        o->overflow = 1;
+        return;
+    }
+    o->len += (size_t)n;
+}
+
+/* "{labels}" or "{labels,extra}" or "" */
+static void fk__labels(struct fk__out *o, const char *labels, const char *extra)
+{
+    if (labels[0] && extra)
+        fk__printf(o, "{%s,%s}", labels, extra);
+    else if (labels[0] || extra)
+        fk__printf(o, "{%s}", labels[0] ? labels : extra);
+}
+
+static void fk__render_summary(struct fk__out *o, const struct fk_metric *m)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
+    const struct fk_hist *h = m->hist;
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        char q[32];
+        snprintf(q, sizeof q, "quantile=\"%g\"", qs[i]);
+        fk__printf(o, "%s", m->name);
+        fk__labels(o, m->labels, q);
+        fk__printf(o, " %.9f\n", (double)fk_hist_percentile(h, qs[i] * 100.0) / 1e9);
+    }
+    fk__printf(o, "%s_sum", m->name);
+    fk__labels(o, m->labels, NULL);
+    fk__printf(o, " %.9f\n", (double)(h->sum / 1e9L));
+    fk__printf(o, "%s_count", m->name);
+    fk__labels(o, m->labels, NULL);
+    fk__printf(o, " %lu\n", (unsigned long)h->count);
+}
+
+static const char *const fk__type_names[] = {"counter", "gauge", "summary"};
+
+int fk_metrics_render(const struct fk_metrics *r, char *buf, size_t cap)
+{
+    struct fk__out o = {.buf = buf, .cap = cap, .len = 0, .overflow = 0};
+    if (cap == 0)
+        return FK_ETOOBIG;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < r->n; i++) {
+        const struct fk_metric *m = &r->m[i];
+        int first = 1;
+        for (unsigned j = 0; j < i && first; j++)
+            first = strcmp(r->m[j].name, m->name) != 0;
+        if (first)
+            fk__printf(&o, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name,
+                       fk__type_names[m->kind]);
+        if (m->kind == FK_METRIC_SUMMARY) {
+            fk__render_summary(&o, m);
+            continue;
+        }
+        uint64_t v =
+            m->fn ? m->fn(m->fn_arg) : atomic_load_explicit(&m->value, memory_order_relaxed);
+        fk__printf(&o, "%s", m->name);
+        fk__labels(&o, m->labels, NULL);
+        fk__printf(&o, " %lu\n", (unsigned long)v);
+    }
+    if (o.overflow)
+        return FK_ETOOBIG;
+    return (int)o.len;
+}
