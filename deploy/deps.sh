@@ -11,7 +11,7 @@ set -eu
 
 # Build: compiler, pkg-config and the -dev packages of the chosen libraries.
 BUILD_PKGS="build-essential make pkg-config libibverbs-dev librdmacm-dev libuv1-dev
-libxxhash-dev liblmdb-dev libinih-dev"
+libxxhash-dev liblmdb-dev libinih-dev libsodium-dev"
 # Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
 # lint and fuzz tooling.
 TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2"
