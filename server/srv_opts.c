@@ -1,0 +1,203 @@
+/* srv_opts.c: command line and cluster file for flowkv-server. */
+#include "srv_opts.h"
+
+#include "fk_error.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct option srv__longopts[] = {
+    {"config", required_argument, NULL, 'c'},    {"id", required_argument, NULL, 'i'},
+    {"protocol", required_argument, NULL, 'p'},  {"fabric", required_argument, NULL, 'f'},
+    {"data-dir", required_argument, NULL, 'd'},  {"durability", required_argument, NULL, 'D'},
+    {"log-level", required_argument, NULL, 'l'}, {"metrics", required_argument, NULL, 'm'},
+    {"map-size", required_argument, NULL, 'M'},  {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+};
+
+void srv_opts_usage(FILE *out, const char *prog)
+{
+    fprintf(out,
+            "usage: %s -c CLUSTER.conf -i ID [flags]\n"
+            "  -c, --config PATH      cluster description file (required)\n"
+            "  -i, --id N             this replica's node id (required)\n"
+            "  -p, --protocol P       nopaxos | multipaxos (overrides the file)\n"
+            "  -f, --fabric F         auto | tcp | verbs (overrides the file)\n"
+            "  -d, --data-dir DIR     LMDB directory (overrides the file)\n"
+            "  -D, --durability D     sync | async (overrides the file)\n"
+            "  -l, --log-level L      error | warn | info | debug | trace (default info)\n"
+            "  -m, --metrics ADDR     Prometheus endpoint host:port, or off\n"
+            "  -M, --map-size MIB     LMDB map size in MiB (default 1024)\n"
+            "  -h, --help             this text\n"
+            "  -V, --version          print the version\n"
+            "Environment: FLOWKV_FABRIC overrides the file's fabric, FLOWKV_LOG the level.\n",
+            prog);
+}
+
+/* Flag values are kept as strings until the file is loaded, so that they
+ * can override it whatever the order on the command line. */
+struct srv__flags {
+    const char *config, *id, *protocol, *fabric, *data_dir, *durability, *log_level, *metrics,
+        *map_size;
+};
+
+static int srv__bad(char *err, size_t cap, int code, const char *what, const char *value,
+                    const char *expect)
+{
+    snprintf(err, cap, "%s '%s': %s", what, value, expect);
+    return code;
+}
+
+static int srv__parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || errno != 0 || v > max)
+        return FK_EINVAL;
+    *out = v;
+    return 0;
+}
+
+static int srv__collect(int argc, char **argv, struct srv__flags *f, struct srv_opts *o, char *err,
+                        size_t cap)
+{
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":c:i:p:f:d:D:l:m:M:hV", srv__longopts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            f->config = optarg;
+            break;
+        case 'i':
+            f->id = optarg;
+            break;
+        case 'p':
+            f->protocol = optarg;
+            break;
+        case 'f':
+            f->fabric = optarg;
+            break;
+        case 'd':
+            f->data_dir = optarg;
+            break;
+        case 'D':
+            f->durability = optarg;
+            break;
+        case 'l':
+            f->log_level = optarg;
+            break;
+        case 'm':
+            f->metrics = optarg;
+            break;
+        case 'M':
+            f->map_size = optarg;
+            break;
+        case 'h':
+            o->show_help = 1;
+            break;
+        case 'V':
+            o->show_version = 1;
+            break;
+        case ':':
+            snprintf(err, cap, "option %s needs a value", argv[optind - 1]);
+            return FK_EINVAL;
+        default:
+            snprintf(err, cap, "unknown option %s (see --help)", argv[optind - 1]);
+            return FK_EINVAL;
+        }
+    }
+    if (optind < argc) {
+        snprintf(err, cap, "unexpected argument '%s' (see --help)", argv[optind]);
+        return FK_EINVAL;
+    }
+    return 0;
+}
+
+/* Applies the flags (and FLOWKV_FABRIC) on top of the loaded file. */
+static int srv__override(const struct srv__flags *f, struct srv_opts *o, char *err, size_t cap)
+{
+    struct fk_node_conf *self = &o->cluster.nodes[o->id];
+    int v;
+    if (f->protocol) {
+        if ((v = fk_protocol_parse(f->protocol)) < 0)
+            return srv__bad(err, cap, FK_EINVAL, "--protocol", f->protocol,
+                            "expected nopaxos or multipaxos");
+        o->cluster.protocol = (enum fk_protocol)v;
+    }
+    if (f->durability) {
+        if ((v = fk_durability_parse(f->durability)) < 0)
+            return srv__bad(err, cap, FK_EINVAL, "--durability", f->durability,
+                            "expected sync or async");
+        o->cluster.durability = (enum fk_durability)v;
+    }
+    const char *env_fabric = getenv("FLOWKV_FABRIC");
+    const char *fabric = f->fabric ? f->fabric : (env_fabric && *env_fabric ? env_fabric : NULL);
+    if (fabric) {
+        if ((v = fk_fabric_parse(fabric)) < 0)
+            return srv__bad(err, cap, FK_EINVAL, f->fabric ? "--fabric" : "FLOWKV_FABRIC", fabric,
+                            "expected auto, tcp or verbs");
+        self->fabric = (enum fk_fabric_kind)v;
+    }
+    if (f->data_dir && snprintf(self->data_dir, sizeof self->data_dir, "%s", f->data_dir) >=
+                           (int)sizeof self->data_dir)
+        return srv__bad(err, cap, FK_EINVAL, "--data-dir", f->data_dir, "path too long");
+    if (self->data_dir[0] == '\0') {
+        snprintf(err, cap, "node %u has no data_dir: set it in [node %u] or pass --data-dir", o->id,
+                 o->id);
+        return FK_ECONFIG;
+    }
+    if (f->metrics) {
+        char ip[FK_CONF_STR_MAX];
+        uint16_t port;
+        if (strcmp(f->metrics, "off") == 0)
+            self->metrics[0] = '\0';
+        else if (fk_conf_split_address(f->metrics, ip, sizeof ip, &port) < 0 ||
+                 strlen(f->metrics) >= sizeof self->metrics)
+            return srv__bad(err, cap, FK_EINVAL, "--metrics", f->metrics,
+                            "expected host:port or off");
+        else
+            strcpy(self->metrics, f->metrics);
+    }
+    return 0;
+}
+
+int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t cap)
+{
+    struct srv__flags f = {0};
+    memset(o, 0, sizeof *o);
+    err[0] = '\0';
+    int rc = srv__collect(argc, argv, &f, o, err, cap);
+    if (rc < 0 || o->show_help || o->show_version)
+        return rc;
+    if (f.config == NULL || f.id == NULL) {
+        snprintf(err, cap, "both --config and --id are required (see --help)");
+        return FK_EINVAL;
+    }
+    o->log_level = fk_log_get_level();
+    if (f.log_level) {
+        if ((rc = fk_log_parse_level(f.log_level)) < 0)
+            return srv__bad(err, cap, FK_EINVAL, "--log-level", f.log_level,
+                            "expected error, warn, info, debug or trace");
+        o->log_level = (enum fk_log_level)rc;
+    }
+    uint64_t mib = 1024;
+    if (f.map_size && (srv__parse_u64(f.map_size, 1 << 20, &mib) < 0 || mib < 1))
+        return srv__bad(err, cap, FK_EINVAL, "--map-size", f.map_size,
+                        "expected MiB between 1 and 1048576");
+    o->map_size = mib << 20;
+    rc = fk_conf_load(f.config, &o->cluster, err, cap);
+    if (rc < 0)
+        return rc;
+    uint64_t id;
+    if (srv__parse_u64(f.id, FK_CONF_MAX_NODES, &id) < 0 || id >= o->cluster.n_nodes) {
+        snprintf(err, cap, "--id '%s': the cluster has %u nodes (0..%u)", f.id, o->cluster.n_nodes,
+                 o->cluster.n_nodes - 1);
+        return FK_EINVAL;
+    }
+    o->id = (uint32_t)id;
+    return srv__override(&f, o, err, cap);
+}

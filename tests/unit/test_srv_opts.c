@@ -1,0 +1,106 @@
+/* Unit tests for server/srv_opts: flags override the cluster file. */
+#include "check.h"
+#include "fk_error.h"
+#include "srv_opts.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char path[64];
+static struct srv_opts o;
+static char err[512];
+
+static void write_conf(void)
+{
+    snprintf(path, sizeof path, "/tmp/fkopts.%d.conf", (int)getpid());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("[cluster]\ntoken = 0123456789abcdef\nprotocol = nopaxos\n"
+          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\nmetrics = 127.0.0.1:9000\n"
+          "[node 1]\naddress = 127.0.0.1:7001\n"
+          "[node 2]\naddress = 127.0.0.1:7002\ndata_dir = /abs/d2\nfabric = verbs\n",
+          f);
+    fclose(f);
+}
+
+/* Parses a NULL-terminated argument list. */
+static int parse(const char *first, ...)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = "flowkv-server";
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && argc < 31; a = va_arg(ap, const char *))
+        argv[argc++] = (char *)a;
+    va_end(ap);
+    argv[argc] = NULL;
+    return srv_opts_parse(argc, argv, &o, err, sizeof err);
+}
+
+TEST(opts_file_values_and_overrides)
+{
+    write_conf();
+    unsetenv("FLOWKV_FABRIC");
+    CHECK_OK(parse("-c", path, "-i", "0", NULL));
+    CHECK_EQ_U64(o.id, 0);
+    CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_NOPAXOS);
+    CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/tmp/d0");
+    CHECK_EQ_STR(srv_opts_self(&o)->metrics, "127.0.0.1:9000");
+    CHECK_EQ_U64(o.map_size, 1024ULL << 20);
+    CHECK_OK(parse("--config", path, "--id=2", "--protocol", "multipaxos", "-D", "async", "-f",
+                   "tcp", "-m", "off", "-M", "64", "-l", "debug", NULL));
+    CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_MULTIPAXOS);
+    CHECK_EQ_I64(o.cluster.durability, FK_DURABLE_ASYNC);
+    CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
+    CHECK_EQ_STR(srv_opts_self(&o)->metrics, "");
+    CHECK_EQ_U64(o.map_size, 64ULL << 20);
+    CHECK_EQ_I64(o.log_level, FK_LOG_DEBUG);
+    CHECK_OK(parse("-c", path, "-i", "1", "-d", "/var/x", NULL));
+    CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/var/x");
+    setenv("FLOWKV_FABRIC", "tcp", 1);
+    CHECK_OK(parse("-c", path, "-i", "2", NULL));
+    CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
+    CHECK_OK(parse("-c", path, "-i", "2", "-f", "auto", NULL));
+    CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_AUTO);
+    unlink(path);
+}
+
+TEST(opts_help_and_version)
+{
+    CHECK_OK(parse("--help", NULL));
+    CHECK(o.show_help);
+    CHECK_OK(parse("-V", NULL));
+    CHECK(o.show_version);
+}
+
+static void expect(int rc, int code, const char *needle)
+{
+    CHECK_EQ_I64(rc, code);
+    CHECK_MSG(strstr(err, needle) != NULL, "error '%s' lacks '%s'", err, needle);
+}
+
+TEST(opts_errors_are_clear)
+{
+    write_conf();
+    unsetenv("FLOWKV_FABRIC");
+    expect(parse("-i", "0", NULL), FK_EINVAL, "--config and --id are required");
+    expect(parse("-c", path, "-i", "3", NULL), FK_EINVAL, "--id '3': the cluster has 3 nodes");
+    expect(parse("-c", path, "-i", "x", NULL), FK_EINVAL, "--id 'x'");
+    expect(parse("-c", path, "-i", "1", NULL), FK_ECONFIG, "node 1 has no data_dir");
+    expect(parse("-c", path, "-i", "0", "-p", "raft", NULL), FK_EINVAL, "--protocol 'raft'");
+    expect(parse("-c", path, "-i", "0", "-m", "nowhere", NULL), FK_EINVAL, "--metrics");
+    expect(parse("-c", path, "-i", "0", "-M", "-5", NULL), FK_EINVAL, "--map-size '-5'");
+    expect(parse("-c", path, "-i", "0", "--bogus", NULL), FK_EINVAL, "unknown option --bogus");
+    expect(parse("-c", path, "-i", NULL), FK_EINVAL, "needs a value");
+    expect(parse("-c", path, "-i", "0", "extra", NULL), FK_EINVAL, "unexpected argument 'extra'");
+    expect(parse("-c", "/nonexistent.conf", "-i", "0", NULL), -ENOENT, "/nonexistent.conf");
+    setenv("FLOWKV_FABRIC", "rdma", 1);
+    expect(parse("-c", path, "-i", "0", NULL), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
+    unlink(path);
+}
+
+CHECK_MAIN()
