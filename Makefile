@@ -158,6 +158,30 @@ lint:
 format:
 	clang-format -i $(C_FILES)
 
+# ---- Soft-RoCE VM tier (tests/rdma-vm; how it works: its README.md) -------
+# test_rdma_vm.sh, part of `make test`, boots a VM with two rxe devices on a
+# veth wire and checks RDMA between them. `make test-rdma` runs only that
+# test; `make vm-shell` boots the same guest to an interactive shell;
+# `make bench-rdma-baseline` prints perftest's ib_write_lat and ib_write_bw
+# between the two devices (the baseline flows over verbs is compared with).
+# Guest-side helper programs: tests/rdma-vm/rdma_*.c -> build/tests-aux/.
+RDMA_VM_PROGS := $(patsubst tests/rdma-vm/%.c,$(BUILD)/tests-aux/%,$(wildcard tests/rdma-vm/rdma_*.c))
+$(BUILD)/tests-aux/rdma_%: $(BUILD)/obj/tests/rdma-vm/rdma_%.o
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LDLIBS)
+tests: $(RDMA_VM_PROGS)
+
+.PHONY: test-rdma vm-shell bench-rdma-baseline
+test-rdma: deps
+	@$(MAKE) --no-print-directory $(RDMA_VM_PROGS)
+	@BUILD=$(BUILD) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t $(TEST_TIMEOUT) \
+	    tests/integration/test_rdma_vm.sh
+vm-shell: deps
+	@tests/rdma-vm/vm.sh shell
+bench-rdma-baseline: deps
+	@tests/rdma-vm/vm.sh run -t 300 tests/rdma-vm/bench-baseline.sh
+
 # ---- 5. install, clean -----------------------------------------------------
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/flowkv

@@ -1,0 +1,641 @@
+/*
+ * fab_tcp.c: the tcp backend's node and passive side (the software NIC).
+ *
+ * One progress thread per node runs a libuv loop. For each accepted
+ * connection it parses requests in arrival order and applies them:
+ *   WRITE: payload bytes are copied into the region as they arrive, in
+ *     increasing address order; the write's last aligned 8-byte word is
+ *     stored with release semantics only after everything before it, so a
+ *     footer written after a payload is seen only after the payload (DFI
+ *     section 5.1).
+ *   READ: an aligned 8-byte word is read with an acquire load; other sizes
+ *     are copied.
+ *   FAA: __atomic_fetch_add on the aligned word.
+ *   CALL: the node's control handler runs and its response is sent back.
+ * Regions are looked up per chunk under mr_lock, which the loop holds while
+ * it processes one socket read; fab_mr_dereg takes the same lock, so after it
+ * returns no remote operation touches the memory.
+ */
+#include "fab_tcp.h"
+
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <uv.h>
+
+struct tcp_mr {
+    struct fab_mr base;
+};
+
+struct tcp_peer;
+
+struct tcp_node {
+    struct fab_node base;
+    char host[FAB_ADDR_MAX];
+    uv_loop_t loop;
+    uv_tcp_t listener;
+    uv_async_t stop;
+    pthread_t thread;
+    pthread_mutex_t mr_lock;
+    struct tcp_mr *mrs[FAB_MR_MAX]; /* by key % FAB_MR_MAX */
+    uint32_t mr_gen;
+    uint32_t doorbell; /* futex word, bumped after applied writes */
+    uint32_t waiters;
+    uint64_t next_peer_id;
+    struct tcp_peer *peers; /* loop thread only */
+};
+
+/* The write being applied while its payload streams in. */
+struct tcp_inwrite {
+    uint64_t remaining; /* payload bytes still to come */
+    uint64_t dst;       /* next destination address */
+    uint32_t rkey;
+    uint32_t len;
+    uint64_t cookie;
+    uint8_t flags;
+    int active;
+};
+
+struct tcp_peer {
+    uv_tcp_t h;
+    struct tcp_node *node;
+    uint64_t id;
+    struct tcp_peer *next, *prev;
+    struct tcp_inwrite w;
+    int failed; /* remote access error: the connection is closing */
+    uint8_t in[FAB__TCP_IN_CAP];
+    size_t in_len;
+    uint8_t *fill, *inflight; /* response buffers: appended to / being written */
+    size_t fill_len;
+    uv_write_t wreq;
+    uint8_t out[2][FAB__TCP_OUT_CAP];
+};
+
+const char *fab__tcp_node_host(const fab_node *node)
+{
+    return ((const struct tcp_node *)node)->host;
+}
+
+/* ---- regions ----------------------------------------------------------------- */
+
+static int tcp_mr_reg(fab_node *bn, void *addr, size_t len, fab_mr **out)
+{
+    struct tcp_node *n = (struct tcp_node *)bn;
+    struct tcp_mr *mr = calloc(1, sizeof(*mr));
+    if (mr == NULL)
+        return FK_ENOMEM;
+    pthread_mutex_lock(&n->mr_lock);
+    int slot = -1;
+    for (int i = 0; i < FAB_MR_MAX; i++) {
+        uint32_t idx = (n->mr_gen + (uint32_t)i) % FAB_MR_MAX;
+        if (n->mrs[idx] == NULL) {
+            slot = (int)idx;
+            break;
+        }
+    }
+    if (slot < 0) {
+        pthread_mutex_unlock(&n->mr_lock);
+        free(mr);
+        return FK_ENOMEM;
+    }
+    /* The key carries a generation above the slot index so a stale key of a
+     * deregistered region never matches a new one. */
+    n->mr_gen++;
+    mr->base.node = bn;
+    mr->base.addr = addr;
+    mr->base.len = len;
+    mr->base.key = (n->mr_gen << 10) | (uint32_t)slot;
+    _Static_assert(FAB_MR_MAX == 1024, "key layout assumes 10 index bits");
+    n->mrs[slot] = mr;
+    pthread_mutex_unlock(&n->mr_lock);
+    *out = &mr->base;
+    return 0;
+}
+
+static void tcp_mr_dereg(fab_mr *bmr)
+{
+    struct tcp_node *n = (struct tcp_node *)bmr->node;
+    pthread_mutex_lock(&n->mr_lock);
+    assert(n->mrs[bmr->key % FAB_MR_MAX] == (struct tcp_mr *)bmr);
+    n->mrs[bmr->key % FAB_MR_MAX] = NULL;
+    pthread_mutex_unlock(&n->mr_lock);
+    free(bmr);
+}
+
+/* Returns the host pointer for [addr, addr+len) in region rkey, or NULL when
+ * the access is outside any registered region. Caller holds mr_lock. */
+static uint8_t *mr_check(struct tcp_node *n, uint32_t rkey, uint64_t addr, uint64_t len)
+{
+    struct tcp_mr *mr = n->mrs[rkey % FAB_MR_MAX];
+    if (mr == NULL || mr->base.key != rkey)
+        return NULL;
+    uint64_t lo = (uint64_t)(uintptr_t)mr->base.addr;
+    if (addr < lo || len > mr->base.len || addr - lo > mr->base.len - len)
+        return NULL;
+    return (uint8_t *)(uintptr_t)addr;
+}
+
+/* ---- doorbell and adaptive waiting ---------------------------------------------- */
+
+static long futex(uint32_t *uaddr, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, uaddr, op, val, ts, NULL, 0);
+}
+
+static uint64_t tcp_doorbell(fab_node *bn)
+{
+    return __atomic_load_n(&((struct tcp_node *)bn)->doorbell, __ATOMIC_SEQ_CST);
+}
+
+static void ring_doorbell(struct tcp_node *n)
+{
+    __atomic_fetch_add(&n->doorbell, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&n->waiters, __ATOMIC_SEQ_CST) > 0)
+        futex(&n->doorbell, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+/* About 20 us of spinning, then 30 yields: long enough to catch a reply on
+ * an idle core, short enough that a 2-core machine with more busy threads
+ * than cores hands the CPU over quickly (DESIGN.md: adaptive waiting). */
+#define SPIN_ITERS  200
+#define YIELD_ITERS 30
+
+int fab__spin_phase(unsigned iter)
+{
+    if (iter < SPIN_ITERS) {
+        for (int i = 0; i < 64; i++)
+            __builtin_ia32_pause();
+        return 0;
+    }
+    if (iter < SPIN_ITERS + YIELD_ITERS) {
+        sched_yield();
+        return 0;
+    }
+    return 1;
+}
+
+static int tcp_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
+{
+    struct tcp_node *n = (struct tcp_node *)bn;
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    for (unsigned i = 0;; i++) {
+        if (tcp_doorbell(bn) != (uint32_t)seen)
+            return 0;
+        if (fab__spin_phase(i))
+            break;
+    }
+    for (;;) {
+        uint64_t now = fk_now_ns();
+        if (now >= deadline)
+            return FK_ETIMEDOUT;
+        uint64_t left = deadline - now;
+        struct timespec ts = {(time_t)(left / FK_NSEC_PER_SEC), (long)(left % FK_NSEC_PER_SEC)};
+        __atomic_fetch_add(&n->waiters, 1, __ATOMIC_SEQ_CST);
+        futex(&n->doorbell, FUTEX_WAIT_PRIVATE, (uint32_t)seen, &ts);
+        __atomic_fetch_sub(&n->waiters, 1, __ATOMIC_SEQ_CST);
+        if (tcp_doorbell(bn) != (uint32_t)seen)
+            return 0;
+    }
+}
+
+/* ---- responses --------------------------------------------------------------- */
+
+static void on_written(uv_write_t *req, int status);
+
+static void peer_flush(struct tcp_peer *p)
+{
+    if (p->inflight != NULL || p->fill_len == 0 || uv_is_closing((uv_handle_t *)&p->h))
+        return;
+    uv_buf_t b = uv_buf_init((char *)p->fill, (unsigned)p->fill_len);
+    int n = uv_try_write((uv_stream_t *)&p->h, &b, 1);
+    if (n == (int)p->fill_len) {
+        p->fill_len = 0;
+        return;
+    }
+    if (n < 0 && n != UV_EAGAIN)
+        return; /* the read side sees the error and closes */
+    size_t done = n > 0 ? (size_t)n : 0;
+    b = uv_buf_init((char *)p->fill + done, (unsigned)(p->fill_len - done));
+    p->inflight = p->fill;
+    p->fill = p->fill == p->out[0] ? p->out[1] : p->out[0];
+    p->fill_len = 0;
+    if (uv_write(&p->wreq, (uv_stream_t *)&p->h, &b, 1, on_written) < 0)
+        p->inflight = NULL;
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct tcp_peer *p = req->data;
+    p->inflight = NULL;
+    if (status == 0)
+        peer_flush(p);
+}
+
+/* Appends one response; returns 0, or FK_EPROTO when the peer exceeded its
+ * FAB_CONN_DEPTH budget (the buffer is sized for exactly that). */
+static int respond(struct tcp_peer *p, const struct fab__tcp_msg *m, const void *data, size_t len)
+{
+    if (p->fill_len + sizeof(*m) + len > FAB__TCP_OUT_CAP)
+        return FK_EPROTO;
+    memcpy(p->fill + p->fill_len, m, sizeof(*m));
+    if (len > 0)
+        memcpy(p->fill + p->fill_len + sizeof(*m), data, len);
+    p->fill_len += sizeof(*m) + len;
+    return 0;
+}
+
+static void respond_status(struct tcp_peer *p, const struct fab__tcp_msg *req, int status,
+                           uint64_t arg)
+{
+    struct fab__tcp_msg r = {.op = (uint8_t)(req->op | FAB__TCP_RESP),
+                             .flags = req->flags,
+                             .status = status,
+                             .cookie = req->cookie,
+                             .arg = arg};
+    if (respond(p, &r, NULL, 0) < 0)
+        p->failed = 1;
+}
+
+/* ---- applying requests ----------------------------------------------------------- */
+
+static void peer_fail(struct tcp_peer *p, const struct fab__tcp_msg *req)
+{
+    /* As an RC queue pair on a remote access error: report, then go to the
+     * error state (close the connection once the response is out). */
+    fk_debug("flows", "fabric: remote access error on peer %llu (op %u key %u addr %llx)",
+             (unsigned long long)p->id, req->op, req->rkey, (unsigned long long)req->raddr);
+    respond_status(p, req, FK_EPROTO, 0);
+    p->failed = 1;
+}
+
+/* Copies up to avail bytes of the current write's payload; returns bytes
+ * consumed (0: wait for more input) or -1 on a remote access error. The
+ * write's last word, when aligned, is copied only once all 8 bytes are here,
+ * with one release store after everything before it. */
+static long write_chunk(struct tcp_peer *p, const uint8_t *src, size_t avail)
+{
+    struct tcp_inwrite *w = &p->w;
+    uint64_t end = w->dst + w->remaining;
+    int tail = w->len >= 8 && (end & 7) == 0;
+    size_t n = avail < w->remaining ? avail : (size_t)w->remaining;
+    if (tail && n < w->remaining && w->remaining - n < 8)
+        n = w->remaining > 8 ? (size_t)(w->remaining - 8) : 0;
+    if (n == 0)
+        return 0;
+    uint8_t *dst = mr_check(p->node, w->rkey, w->dst, n);
+    if (dst == NULL)
+        return -1;
+    size_t body = (tail && n == w->remaining) ? n - 8 : n;
+    if (body > 0)
+        memcpy(dst, src, body);
+    if (body < n) {
+        uint64_t word;
+        memcpy(&word, src + body, 8);
+        __atomic_store_n((uint64_t *)(void *)(dst + body), word, __ATOMIC_RELEASE);
+    }
+    w->dst += n;
+    w->remaining -= n;
+    return (long)n;
+}
+
+static void apply_read(struct tcp_peer *p, const struct fab__tcp_msg *m)
+{
+    uint8_t *src = mr_check(p->node, m->rkey, m->raddr, m->arg);
+    if (src == NULL || m->arg > FAB_READ_MAX) {
+        peer_fail(p, m);
+        return;
+    }
+    uint8_t data[FAB_READ_MAX];
+    if (m->arg == 8 && (m->raddr & 7) == 0) {
+        uint64_t v = __atomic_load_n((uint64_t *)(void *)src, __ATOMIC_ACQUIRE);
+        memcpy(data, &v, 8);
+    } else {
+        memcpy(data, src, m->arg);
+    }
+    struct fab__tcp_msg r = {.op = FAB_OP_READ | FAB__TCP_RESP,
+                             .flags = m->flags,
+                             .len = (uint32_t)m->arg,
+                             .cookie = m->cookie};
+    if (respond(p, &r, data, m->arg) < 0)
+        p->failed = 1;
+}
+
+static void apply_faa(struct tcp_peer *p, const struct fab__tcp_msg *m)
+{
+    uint8_t *w = mr_check(p->node, m->rkey, m->raddr, 8);
+    if (w == NULL || (m->raddr & 7) != 0) {
+        peer_fail(p, m);
+        return;
+    }
+    uint64_t old = __atomic_fetch_add((uint64_t *)(void *)w, m->arg, __ATOMIC_ACQ_REL);
+    respond_status(p, m, 0, old);
+}
+
+static void apply_call(struct tcp_peer *p, const struct fab__tcp_msg *m, const uint8_t *payload)
+{
+    struct tcp_node *n = p->node;
+    fab_call_fn fn = __atomic_load_n(&n->base.call_fn, __ATOMIC_ACQUIRE);
+    void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
+    uint8_t resp[FAB_MSG_MAX];
+    int rc = FK_EINVAL;
+    /* The handler may register memory: it runs without mr_lock. */
+    pthread_mutex_unlock(&n->mr_lock);
+    if (fn != NULL)
+        rc = fn(data, p->id, payload, m->len, resp, sizeof(resp));
+    pthread_mutex_lock(&n->mr_lock);
+    struct fab__tcp_msg r = {.op = FAB_OP_CALL | FAB__TCP_RESP,
+                             .status = rc < 0 ? rc : 0,
+                             .len = rc > 0 ? (uint32_t)rc : 0,
+                             .cookie = m->cookie};
+    if (respond(p, &r, resp, r.len) < 0)
+        p->failed = 1;
+}
+
+/* Handles one complete header (and, for a call, its payload). Returns bytes
+ * consumed, 0 when more input is needed. */
+static size_t apply_one(struct tcp_peer *p, const uint8_t *buf, size_t avail, int *wrote)
+{
+    struct fab__tcp_msg m;
+    if (avail < sizeof(m))
+        return 0;
+    memcpy(&m, buf, sizeof(m));
+    switch (m.op) {
+    case FAB_OP_WRITE:
+        p->w = (struct tcp_inwrite){m.len, m.raddr, m.rkey, m.len, m.cookie, m.flags, 1};
+        *wrote = 1;
+        return sizeof(m);
+    case FAB_OP_READ:
+        apply_read(p, &m);
+        return sizeof(m);
+    case FAB_OP_FAA:
+        apply_faa(p, &m);
+        *wrote = 1;
+        return sizeof(m);
+    case FAB_OP_CALL:
+        if (m.len > FAB_MSG_MAX) {
+            peer_fail(p, &m);
+            return avail;
+        }
+        if (avail < sizeof(m) + m.len)
+            return 0;
+        apply_call(p, &m, buf + sizeof(m));
+        return sizeof(m) + m.len;
+    default:
+        peer_fail(p, &m);
+        return avail;
+    }
+}
+
+static void finish_write(struct tcp_peer *p)
+{
+    p->w.active = 0;
+    if (p->w.flags & FAB_SIGNALED) {
+        struct fab__tcp_msg m = {.op = FAB_OP_WRITE, .flags = p->w.flags, .cookie = p->w.cookie};
+        respond_status(p, &m, 0, 0);
+    }
+}
+
+/* Processes p->in; keeps an incomplete tail for the next read. */
+static void process_input(struct tcp_peer *p, int *wrote)
+{
+    size_t off = 0;
+    while (!p->failed) {
+        if (p->w.active && p->w.remaining == 0) {
+            finish_write(p);
+            continue;
+        }
+        if (off >= p->in_len)
+            break;
+        size_t used;
+        if (p->w.active) {
+            long n = write_chunk(p, p->in + off, p->in_len - off);
+            if (n < 0) {
+                struct fab__tcp_msg m = {.op = FAB_OP_WRITE,
+                                         .rkey = p->w.rkey,
+                                         .raddr = p->w.dst,
+                                         .cookie = p->w.cookie,
+                                         .flags = p->w.flags};
+                peer_fail(p, &m);
+                break;
+            }
+            used = (size_t)n;
+        } else {
+            used = apply_one(p, p->in + off, p->in_len - off, wrote);
+        }
+        if (used == 0)
+            break;
+        off += used;
+    }
+    if (off > p->in_len)
+        off = p->in_len;
+    if (off > 0 && off < p->in_len)
+        memmove(p->in, p->in + off, p->in_len - off);
+    p->in_len -= off;
+}
+
+/* ---- loop callbacks ----------------------------------------------------------- */
+
+static void on_peer_closed(uv_handle_t *h)
+{
+    struct tcp_peer *p = h->data;
+    struct tcp_node *n = p->node;
+    if (p->prev != NULL)
+        p->prev->next = p->next;
+    else
+        n->peers = p->next;
+    if (p->next != NULL)
+        p->next->prev = p->prev;
+    fab_close_fn fn = __atomic_load_n(&n->base.close_fn, __ATOMIC_ACQUIRE);
+    void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
+    if (fn != NULL && !uv_is_closing((uv_handle_t *)&n->stop))
+        fn(data, p->id);
+    free(p);
+}
+
+static void peer_close(struct tcp_peer *p)
+{
+    if (!uv_is_closing((uv_handle_t *)&p->h))
+        uv_close((uv_handle_t *)&p->h, on_peer_closed);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct tcp_peer *p = h->data;
+    (void)suggested;
+    *buf = uv_buf_init((char *)p->in + p->in_len, (unsigned)(sizeof(p->in) - p->in_len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct tcp_peer *p = s->data;
+    (void)buf;
+    if (nread < 0) {
+        peer_close(p);
+        return;
+    }
+    p->in_len += (size_t)nread;
+    int wrote = 0;
+    pthread_mutex_lock(&p->node->mr_lock);
+    process_input(p, &wrote);
+    pthread_mutex_unlock(&p->node->mr_lock);
+    if (wrote || p->w.active)
+        ring_doorbell(p->node);
+    peer_flush(p);
+    if (p->failed) {
+        uv_read_stop(s);
+        peer_close(p); /* libuv finishes queued writes before the close callback */
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    struct tcp_node *n = server->data;
+    if (status < 0)
+        return;
+    struct tcp_peer *p = calloc(1, sizeof(*p));
+    if (p == NULL || uv_tcp_init(&n->loop, &p->h) < 0) {
+        free(p);
+        return;
+    }
+    p->h.data = p;
+    p->wreq.data = p;
+    p->node = n;
+    p->id = ++n->next_peer_id;
+    p->fill = p->out[0];
+    p->next = n->peers;
+    if (n->peers != NULL)
+        n->peers->prev = p;
+    n->peers = p;
+    if (uv_accept(server, (uv_stream_t *)&p->h) < 0) {
+        peer_close(p);
+        return;
+    }
+    uv_tcp_nodelay(&p->h, 1);
+    uv_read_start((uv_stream_t *)&p->h, on_alloc, on_read);
+}
+
+static void on_stop(uv_async_t *a)
+{
+    struct tcp_node *n = a->data;
+    for (struct tcp_peer *p = n->peers; p != NULL; p = p->next)
+        peer_close(p);
+    uv_close((uv_handle_t *)&n->listener, NULL);
+    uv_close((uv_handle_t *)&n->stop, NULL);
+}
+
+static void *progress_main(void *arg)
+{
+    struct tcp_node *n = arg;
+    uv_run(&n->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* ---- node ------------------------------------------------------------------------ */
+
+static int bind_listener(struct tcp_node *n, const char *host, uint16_t port)
+{
+    struct sockaddr_in sa;
+    int rc = uv_ip4_addr(host, port, &sa);
+    if (rc < 0)
+        return FK_EINVAL;
+    rc = uv_tcp_bind(&n->listener, (const struct sockaddr *)&sa, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&n->listener, 128, on_connection);
+    if (rc < 0)
+        return rc;
+    struct sockaddr_in got;
+    int len = sizeof(got);
+    uv_tcp_getsockname(&n->listener, (struct sockaddr *)&got, &len);
+    snprintf(n->base.addr, sizeof(n->base.addr), "%s:%u", host, ntohs(got.sin_port));
+    return 0;
+}
+
+static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
+{
+    struct tcp_node *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return FK_ENOMEM;
+    const char *host = cfg->host ? cfg->host : "127.0.0.1";
+    if (strlen(host) >= sizeof(n->host)) {
+        free(n);
+        return FK_EINVAL;
+    }
+    snprintf(n->host, sizeof(n->host), "%s", host);
+    n->base.ops = &fab__tcp_ops;
+    fab__fault_init(&n->base.fault, cfg);
+    n->base.has_mcast = fab__udp_probe_mcast(host);
+    pthread_mutex_init(&n->mr_lock, NULL);
+    int rc = uv_loop_init(&n->loop);
+    if (rc < 0) {
+        free(n);
+        return rc;
+    }
+    uv_tcp_init(&n->loop, &n->listener);
+    uv_async_init(&n->loop, &n->stop, on_stop);
+    n->listener.data = n;
+    n->stop.data = n;
+    rc = bind_listener(n, host, cfg->port);
+    if (rc == 0 && pthread_create(&n->thread, NULL, progress_main, n) != 0)
+        rc = FK_ENOMEM;
+    if (rc < 0) {
+        uv_close((uv_handle_t *)&n->listener, NULL);
+        uv_close((uv_handle_t *)&n->stop, NULL);
+        uv_run(&n->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&n->loop);
+        pthread_mutex_destroy(&n->mr_lock);
+        free(n);
+        return rc;
+    }
+    *out = &n->base;
+    return 0;
+}
+
+static void tcp_node_destroy(fab_node *bn)
+{
+    struct tcp_node *n = (struct tcp_node *)bn;
+    uv_async_send(&n->stop);
+    pthread_join(n->thread, NULL);
+    int rc = uv_loop_close(&n->loop);
+    assert(rc == 0);
+    (void)rc;
+    for (int i = 0; i < FAB_MR_MAX; i++)
+        if (n->mrs[i] != NULL)
+            fk_warn("flows", "fabric node %s destroyed with a region still registered",
+                    n->base.addr);
+    pthread_mutex_destroy(&n->mr_lock);
+    free(n);
+}
+
+const struct fab__ops fab__tcp_ops = {
+    .name = "tcp",
+    .node_create = tcp_node_create,
+    .node_destroy = tcp_node_destroy,
+    .mr_reg = tcp_mr_reg,
+    .mr_dereg = tcp_mr_dereg,
+    .doorbell = tcp_doorbell,
+    .wait = tcp_wait,
+    .connect = fab__tcp_connect,
+    .conn_close = fab__tcp_conn_close,
+    .post = fab__tcp_post,
+    .poll = fab__tcp_poll,
+    .conn_wait = fab__tcp_conn_wait,
+    .call = fab__tcp_call,
+    .ep_open = fab__udp_open,
+    .ep_close = fab__udp_close,
+    .ep_send = fab__udp_send,
+    .ep_recv = fab__udp_recv,
+    .ep_join = fab__udp_join,
+    .ep_mcast_send = fab__udp_mcast_send,
+};

@@ -1,0 +1,359 @@
+/*
+ * fab_tcp_conn.c: the active side of a tcp-backend connection.
+ *
+ * The owner thread writes requests directly to the socket (one sendmsg per
+ * post, or per batch with FAB_MORE) and parses responses when it polls; no
+ * other thread touches the connection. Responses come back in posting order,
+ * so the pending table of signaled operations is a FIFO: the response at
+ * the head of the stream completes the oldest signaled request. An error
+ * response for an unsignaled write is not in the FIFO (it carries no
+ * FAB_SIGNALED flag) and poisons the connection.
+ */
+#include "fab_tcp.h"
+
+#include "fk_error.h"
+#include "fk_time.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+struct pending {
+    uint64_t cookie;
+    void *local; /* READ destination */
+    uint32_t len;
+    uint32_t op;
+};
+
+/* Completions parsed while fab_call waited: at most every signaled op. */
+#define STASH_MAX (FAB_CONN_DEPTH + 1)
+
+struct tcp_conn {
+    struct fab_conn base;
+    int fd;
+    int dead;     /* peer closed */
+    int poisoned; /* remote access error seen */
+    struct pending fifo[FAB_CONN_DEPTH];
+    unsigned head, count;
+    struct fab_wc stash[STASH_MAX];
+    unsigned stash_head, stash_count;
+    size_t sbuf_len; /* FAB_MORE batch */
+    uint8_t sbuf[16 * 1024];
+    size_t rlen;
+    uint8_t rbuf[FAB__TCP_IN_CAP];
+};
+
+static int connect_fd(const char *addr, uint64_t timeout_ns)
+{
+    char host[FAB_ADDR_MAX];
+    uint16_t port;
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    if (fab__parse_addr(addr, host, &port) < 0 || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return FK_EINVAL;
+    sa.sin_port = htons(port);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    if (rc < 0 && errno == EINPROGRESS) {
+        struct pollfd pfd = {fd, POLLOUT, 0};
+        int ms = (int)(timeout_ns / FK_NSEC_PER_MSEC) + 1;
+        int err = 0;
+        socklen_t el = sizeof(err);
+        if (poll(&pfd, 1, ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+            err == 0)
+            rc = 0;
+    }
+    if (rc < 0) {
+        close(fd);
+        return FK_EUNREACHABLE;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* Blocking sends: the passive side's progress thread always drains its
+     * socket, so a send blocks only while the kernel buffer is full. */
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+int fab__tcp_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn **out)
+{
+    struct tcp_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return FK_ENOMEM;
+    c->fd = connect_fd(addr, timeout_ns);
+    if (c->fd < 0) {
+        int rc = c->fd;
+        free(c);
+        return rc;
+    }
+    c->base.node = node;
+    *out = &c->base;
+    return 0;
+}
+
+void fab__tcp_conn_close(fab_conn *bc)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    close(c->fd);
+    free(c);
+}
+
+static int send_all(struct tcp_conn *c, struct iovec *iov, int iovcnt)
+{
+    while (iovcnt > 0) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
+        ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            c->dead = 1;
+            return FK_EUNREACHABLE;
+        }
+        while (iovcnt > 0 && (size_t)n >= iov->iov_len) {
+            n -= (ssize_t)iov->iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + n;
+            iov->iov_len -= (size_t)n;
+        }
+    }
+    return 0;
+}
+
+static int flush_batch(struct tcp_conn *c)
+{
+    if (c->sbuf_len == 0)
+        return 0;
+    struct iovec iov = {c->sbuf, c->sbuf_len};
+    c->sbuf_len = 0;
+    return send_all(c, &iov, 1);
+}
+
+/* Sends header + payload now, or appends them to the FAB_MORE batch. */
+static int transmit(struct tcp_conn *c, const struct fab__tcp_msg *m, const void *data, size_t len,
+                    unsigned flags)
+{
+    size_t total = sizeof(*m) + len;
+    if ((flags & FAB_MORE) && c->sbuf_len + total <= sizeof(c->sbuf)) {
+        memcpy(c->sbuf + c->sbuf_len, m, sizeof(*m));
+        if (len > 0)
+            memcpy(c->sbuf + c->sbuf_len + sizeof(*m), data, len);
+        c->sbuf_len += total;
+        return 0;
+    }
+    if (c->sbuf_len + total <= sizeof(c->sbuf) && c->sbuf_len > 0) {
+        memcpy(c->sbuf + c->sbuf_len, m, sizeof(*m));
+        if (len > 0)
+            memcpy(c->sbuf + c->sbuf_len + sizeof(*m), data, len);
+        c->sbuf_len += total;
+        return flush_batch(c);
+    }
+    int rc = flush_batch(c);
+    if (rc < 0)
+        return rc;
+    struct iovec iov[2] = {{(void *)(uintptr_t)m, sizeof(*m)}, {(void *)(uintptr_t)data, len}};
+    rc = send_all(c, iov, len > 0 ? 2 : 1);
+    if (rc == 0 && (flags & FAB_MORE))
+        return 0;
+    return rc;
+}
+
+int fab__tcp_post(fab_conn *bc, uint32_t op, void *local, size_t len, uint64_t raddr, uint32_t rkey,
+                  uint64_t add, uint64_t cookie, unsigned flags)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    if (c->poisoned)
+        return FK_EPOISONED;
+    if (c->dead)
+        return FK_EUNREACHABLE;
+    int signaled = (flags & FAB_SIGNALED) != 0;
+    if (signaled && c->count == FAB_CONN_DEPTH)
+        return FK_EAGAIN;
+    struct fab__tcp_msg m = {.op = (uint8_t)op,
+                             .flags = (uint8_t)(flags & FAB_SIGNALED),
+                             .rkey = rkey,
+                             .raddr = raddr,
+                             .cookie = cookie,
+                             .arg = op == FAB_OP_FAA ? add : (uint64_t)len};
+    const void *payload = NULL;
+    size_t plen = 0;
+    if (op == FAB_OP_WRITE) {
+        m.len = (uint32_t)len;
+        payload = local;
+        plen = len;
+    }
+    int rc = transmit(c, &m, payload, plen, flags);
+    if (rc < 0)
+        return rc;
+    if (signaled) {
+        struct pending *p = &c->fifo[(c->head + c->count) % FAB_CONN_DEPTH];
+        *p = (struct pending){cookie, local, (uint32_t)len, op};
+        c->count++;
+    }
+    return 0;
+}
+
+/* Reads whatever the socket has without blocking. Returns 0, or
+ * FK_EUNREACHABLE when the peer closed. */
+static int fill_rbuf(struct tcp_conn *c)
+{
+    if (c->dead)
+        return FK_EUNREACHABLE;
+    if (c->sbuf_len > 0 && flush_batch(c) < 0)
+        return FK_EUNREACHABLE;
+    ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen, MSG_DONTWAIT);
+    if (n > 0) {
+        c->rlen += (size_t)n;
+        return 0;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        c->dead = 1;
+        return FK_EUNREACHABLE;
+    }
+    return 0;
+}
+
+/* Parses one response at the head of rbuf. Returns 1 with *wc filled (and
+ * *call set for a call response, whose payload is copied to resp), 0 when
+ * incomplete. */
+static int parse_one(struct tcp_conn *c, struct fab_wc *wc, int *call, void *resp, size_t cap,
+                     int *call_len)
+{
+    struct fab__tcp_msg m;
+    if (c->rlen < sizeof(m))
+        return 0;
+    memcpy(&m, c->rbuf, sizeof(m));
+    if (c->rlen < sizeof(m) + m.len)
+        return 0;
+    uint32_t op = m.op & ~FAB__TCP_RESP;
+    *wc = (struct fab_wc){m.cookie, m.status, op, m.arg};
+    *call = op == FAB_OP_CALL;
+    if (*call) {
+        size_t n = m.len < cap ? m.len : cap;
+        if (n > 0 && resp != NULL)
+            memcpy(resp, c->rbuf + sizeof(m), n);
+        *call_len = m.status < 0 ? m.status : (int)n;
+    } else if (m.flags & FAB_SIGNALED) {
+        assert(c->count > 0);
+        struct pending *p = &c->fifo[c->head];
+        assert(p->cookie == m.cookie && p->op == op);
+        if (op == FAB_OP_READ && m.status == 0)
+            memcpy(p->local, c->rbuf + sizeof(m), m.len < p->len ? m.len : p->len);
+        c->head = (c->head + 1) % FAB_CONN_DEPTH;
+        c->count--;
+    }
+    if (m.status < 0 && !*call)
+        c->poisoned = 1;
+    size_t used = sizeof(m) + m.len;
+    memmove(c->rbuf, c->rbuf + used, c->rlen - used);
+    c->rlen -= used;
+    return 1;
+}
+
+int fab__tcp_poll(fab_conn *bc, struct fab_wc *wc, int max)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    int got = 0;
+    while (got < max && c->stash_count > 0) {
+        wc[got++] = c->stash[c->stash_head];
+        c->stash_head = (c->stash_head + 1) % STASH_MAX;
+        c->stash_count--;
+    }
+    int rc = fill_rbuf(c);
+    int call, call_len;
+    while (got < max && parse_one(c, &wc[got], &call, NULL, 0, &call_len) == 1)
+        if (!call)
+            got++;
+    if (got == 0 && rc < 0 && c->rlen == 0)
+        return rc;
+    return got;
+}
+
+static int has_completion(struct tcp_conn *c, int count_stash)
+{
+    struct fab__tcp_msg m;
+    if (count_stash && c->stash_count > 0)
+        return 1;
+    if (c->rlen < sizeof(m))
+        return 0;
+    memcpy(&m, c->rbuf, sizeof(m));
+    return c->rlen >= sizeof(m) + m.len;
+}
+
+/* Waits for input: spins on a non-blocking receive, then blocks in poll. */
+static int wait_input(struct tcp_conn *c, uint64_t deadline, int count_stash)
+{
+    for (unsigned i = 0;; i++) {
+        int rc = fill_rbuf(c);
+        if (has_completion(c, count_stash))
+            return 0;
+        if (rc < 0)
+            return rc;
+        if (fab__spin_phase(i))
+            break;
+    }
+    for (;;) {
+        uint64_t now = fk_now_ns();
+        if (now >= deadline)
+            return FK_ETIMEDOUT;
+        struct pollfd pfd = {c->fd, POLLIN, 0};
+        int ms = (int)((deadline - now + FK_NSEC_PER_MSEC - 1) / FK_NSEC_PER_MSEC);
+        poll(&pfd, 1, ms);
+        int rc = fill_rbuf(c);
+        if (has_completion(c, count_stash))
+            return 0;
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int fab__tcp_conn_wait(fab_conn *bc, uint64_t timeout_ns)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    return wait_input(c, fk_now_ns() + timeout_ns, 1);
+}
+
+int fab__tcp_call(fab_conn *bc, const void *req, size_t len, void *resp, size_t cap,
+                  uint64_t timeout_ns)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    if (c->poisoned)
+        return FK_EPOISONED;
+    struct fab__tcp_msg m = {.op = FAB_OP_CALL, .len = (uint32_t)len};
+    int rc = transmit(c, &m, req, len, 0);
+    if (rc < 0)
+        return rc;
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    for (;;) {
+        struct fab_wc wc;
+        int call, call_len = 0;
+        while (parse_one(c, &wc, &call, resp, cap, &call_len) == 1) {
+            if (call)
+                return call_len;
+            assert(c->stash_count < STASH_MAX);
+            c->stash[(c->stash_head + c->stash_count) % STASH_MAX] = wc;
+            c->stash_count++;
+        }
+        rc = wait_input(c, deadline, 0);
+        if (rc < 0 && rc != FK_ETIMEDOUT)
+            return rc;
+        if (rc == FK_ETIMEDOUT) {
+            /* The call may still be answered later: the connection can no
+             * longer match responses, so it is poisoned. */
+            c->poisoned = 1;
+            return FK_ETIMEDOUT;
+        }
+    }
+}
