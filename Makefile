@@ -41,11 +41,15 @@ CONSENSUS_SRC := $(wildcard consensus/*.c)
 # server/: everything but the program's main() goes into libfkserver.a so
 # tests can link the pieces.
 SERVER_SRC    := $(filter-out server/main.c,$(wildcard server/*.c))
+# ycsb/: the YCSB core (generators, workload, report); its program's main()
+# lives in ycsb/cmd/ (section 3b).
+YCSB_SRC      := $(wildcard ycsb/*.c)
 
 LIB_COMMON    := $(BUILD)/lib/libfkcommon.a
 LIB_FLOWS     := $(BUILD)/lib/libflows.a
 LIB_CONSENSUS := $(BUILD)/lib/libconsensus.a
 LIB_SERVER    := $(BUILD)/lib/libfkserver.a
+LIB_YCSB      := $(BUILD)/lib/libycsb.a
 LIBS := $(LIB_COMMON)
 ifneq ($(FLOWS_SRC),)
 LIBS := $(LIB_FLOWS) $(LIBS)
@@ -56,12 +60,16 @@ endif
 ifneq ($(SERVER_SRC),)
 LIBS := $(LIB_SERVER) $(LIBS)
 endif
+ifneq ($(YCSB_SRC),)
+LIBS := $(LIB_YCSB) $(LIBS)
+endif
 
 INC_common    := -Icommon
 INC_flows     := -Icommon -Iflows -Iflows/fabric
 INC_consensus := -Icommon -Iconsensus
 INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver
-INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Itests
+INC_ycsb      := -Icommon -Iycsb
+INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Iycsb -Itests
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 # Shell tests (integration, cluster, VM) print the same summary as C tests.
@@ -89,6 +97,7 @@ $(BUILD)/obj/common/%.o: INCS = $(INC_common)
 $(BUILD)/obj/flows/%.o: INCS = $(INC_flows)
 $(BUILD)/obj/consensus/%.o: INCS = $(INC_consensus)
 $(BUILD)/obj/server/%.o: INCS = $(INC_server)
+$(BUILD)/obj/ycsb/%.o: INCS = $(INC_ycsb)
 $(BUILD)/obj/tests/%.o: INCS = $(INC_tests)
 
 $(BUILD)/obj/%.o: %.c
@@ -100,6 +109,7 @@ $(LIB_COMMON): $(call obj,$(COMMON_SRC))
 $(LIB_FLOWS): $(call obj,$(FLOWS_SRC))
 $(LIB_CONSENSUS): $(call obj,$(CONSENSUS_SRC))
 $(LIB_SERVER): $(call obj,$(SERVER_SRC))
+$(LIB_YCSB): $(call obj,$(YCSB_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(@D)
 	@echo "  AR      $@"
@@ -118,6 +128,17 @@ $(BUILD)/tests-aux/%: $(BUILD)/obj/tests/selftest/%.o $(BUILD)/obj/tests/check.o
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIBS) $(LDLIBS)
 
 tests: $(UNIT_TESTS) $(AUX_PROGS)
+
+# ---- 3b. ycsb: flowkv-ycsb (issue 7) --------------------------------------
+# build/bin/flowkv-ycsb from ycsb/cmd/flowkv_ycsb.c and libycsb.a. Until the
+# client library exists it only has --dry-run (prints the operation stream).
+YCSB_PROG := $(BUILD)/bin/flowkv-ycsb
+$(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIB_YCSB) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_YCSB) $(LIB_COMMON) $(LDLIBS)
+all: $(YCSB_PROG)
+tests: $(YCSB_PROG)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 

@@ -1,0 +1,122 @@
+/*
+ * flowkv_ycsb.c: the flowkv-ycsb program.
+ *
+ * Until the flowkv client library exists (the server/client issue) it does
+ * one real thing: with --dry-run it builds the workload exactly as a run
+ * would and prints the operation stream, one line per operation, thread by
+ * thread, so that a workload file, its overrides and the key names can be
+ * checked without a cluster:
+ *   <thread> <OP> <key> [scan=<n>] [read=all|<field>] [write=<field>:<bytes>,...]
+ * Inserts of the run phase are acknowledged as soon as they are printed, as a
+ * binding would after a successful insert. Without --dry-run it says that no
+ * binding is built and exits with status 2.
+ */
+#include "fk_error.h"
+#include "ycsb_props.h"
+#include "ycsb_workload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: flowkv-ycsb load|run [options]\n"
+               "  -P file         load workload properties (several allowed, in order)\n"
+               "  -p name=value   set a property (overrides every -P file)\n"
+               "  -threads n      client threads (threadcount)\n"
+               "  -target n       offered load in operations per second (target)\n"
+               "  -s              print a status line every status.interval seconds\n"
+               "  -l label        prefix of the status line\n"
+               "  -db name        binding (db)\n"
+               "  --dry-run       print the operation stream instead of running it\n");
+}
+
+static void print_op(const struct ycsb_conf *c, int32_t tid, const struct ycsb_op *op)
+{
+    char name[YCSB_NAME_MAX + 24];
+    printf("%d %s %s", tid, ycsb_op_name(op->type), op->key);
+    if (op->type == YCSB_OP_SCAN)
+        printf(" scan=%d", op->scan_len);
+    if (op->type == YCSB_OP_READ || op->type == YCSB_OP_SCAN || op->type == YCSB_OP_RMW) {
+        if (op->read_field < 0) {
+            printf(" read=all");
+        } else if (ycsb_field_name(c, op->read_field, name, sizeof name) >= 0) {
+            printf(" read=%s", name);
+        }
+    }
+    for (int32_t i = 0; i < op->nwrite; i++) {
+        if (ycsb_field_name(c, op->write_first + i, name, sizeof name) < 0)
+            continue;
+        printf("%s%s:%u", i == 0 ? " write=" : ",", name, op->write_len[i]);
+    }
+    putchar('\n');
+}
+
+static int dry_run(const struct ycsb_conf *conf)
+{
+    char err[YCSB_ERR_MAX] = "";
+    int64_t total = ycsb_conf_total_ops(conf);
+    if (total <= 0) {
+        fprintf(stderr, "flowkv-ycsb: --dry-run needs a finite operationcount (run) or "
+                        "recordcount/insertcount (load)\n");
+        return 2;
+    }
+    static struct ycsb_workload w;
+    if (ycsb_workload_init(&w, conf, err, sizeof err) < 0) {
+        fprintf(stderr, "flowkv-ycsb: %s\n", err);
+        return 2;
+    }
+    static struct ycsb_thread t;
+    static struct ycsb_op op;
+    int32_t nthreads = ycsb_conf_threads(conf);
+    int status = 0;
+    for (int32_t tid = 0; tid < nthreads && status == 0; tid++) {
+        ycsb_thread_init(&t, &w, tid);
+        int64_t n = ycsb_thread_ops(total, nthreads, tid);
+        for (int64_t i = 0; i < n; i++) {
+            int rc = conf->dotransactions ? ycsb_next_op(&t, &op) : ycsb_next_load(&t, &op);
+            if (rc == 0 && conf->dotransactions && op.type == YCSB_OP_INSERT)
+                rc = ycsb_insert_done(&w, &op);
+            if (rc < 0) {
+                fprintf(stderr, "flowkv-ycsb: operation %lld: %s\n", (long long)i, fk_strerror(rc));
+                status = 1;
+                break;
+            }
+            print_op(conf, tid, &op);
+        }
+    }
+    ycsb_workload_destroy(&w);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    static struct ycsb_props props;
+    static struct ycsb_conf conf;
+    struct ycsb_cli cli;
+    char err[YCSB_ERR_MAX] = "";
+    ycsb_props_init(&props);
+    int rc = ycsb_cli_parse(argc, argv, &props, &cli, err, sizeof err);
+    if (rc == 0 && cli.help) {
+        usage(stdout);
+        ycsb_props_free(&props);
+        return 0;
+    }
+    if (rc == 0)
+        rc = ycsb_conf_parse(&conf, &props, err, sizeof err);
+    ycsb_props_free(&props);
+    if (rc < 0) {
+        fprintf(stderr, "flowkv-ycsb: %s\n", err);
+        usage(stderr);
+        return 2;
+    }
+    if (!cli.dry_run) {
+        fprintf(stderr,
+                "flowkv-ycsb: no binding is built yet (db=%s needs the flowkv client "
+                "library); use --dry-run to print the operation stream\n",
+                conf.db);
+        return 2;
+    }
+    return dry_run(&conf);
+}
