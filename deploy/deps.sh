@@ -15,8 +15,13 @@ libxxhash-dev liblmdb-dev libinih-dev libsodium-dev"
 # Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
 # lint and fuzz tooling.
 TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2"
+# Soft-RoCE VM tier (tests/rdma-vm): qemu boots Debian's kernel (fetched with
+# apt-get download) with a busybox initramfs; the guest runs the host's
+# rdma-core, iproute2 (rdma, ip netns) and perftest over 9p.
+RDMA_VM_PKGS="qemu-system-x86 busybox-static kmod cpio perftest ibverbs-providers
+rdmacm-utils"
 
-want=$(echo $BUILD_PKGS $TEST_PKGS ${FLOWKV_EXTRA_PKGS:-})
+want=$(echo $BUILD_PKGS $TEST_PKGS $RDMA_VM_PKGS ${FLOWKV_EXTRA_PKGS:-})
 
 # One dpkg-query for all: it prints "NAME install ok installed" for each
 # installed package; any other state, or no line at all, counts as missing.
