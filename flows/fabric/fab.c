@@ -201,23 +201,23 @@ void fab_conn_close(fab_conn *conn)
         conn->node->ops->conn_close(conn);
 }
 
-int fab_post_write(fab_conn *conn, const void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                   uint64_t cookie, unsigned flags)
+int fab_post_write(fab_conn *conn, fab_mr *lmr, const void *local, size_t len, uint64_t raddr,
+                   uint32_t rkey, uint64_t cookie, unsigned flags)
 {
     if (conn == NULL || (local == NULL && len > 0) || len > UINT32_MAX)
         return FK_EINVAL;
-    return conn->node->ops->post(conn, FAB_OP_WRITE, (void *)(uintptr_t)local, len, raddr, rkey, 0,
-                                 cookie, flags);
+    return conn->node->ops->post(conn, lmr, FAB_OP_WRITE, (void *)(uintptr_t)local, len, raddr,
+                                 rkey, 0, cookie, flags);
 }
 
-int fab_post_read(fab_conn *conn, void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                  uint64_t cookie, unsigned flags)
+int fab_post_read(fab_conn *conn, fab_mr *lmr, void *local, size_t len, uint64_t raddr,
+                  uint32_t rkey, uint64_t cookie, unsigned flags)
 {
     if (conn == NULL || local == NULL || len == 0)
         return FK_EINVAL;
     if (len > FAB_READ_MAX)
         return FK_ETOOBIG;
-    return conn->node->ops->post(conn, FAB_OP_READ, local, len, raddr, rkey, 0, cookie,
+    return conn->node->ops->post(conn, lmr, FAB_OP_READ, local, len, raddr, rkey, 0, cookie,
                                  flags | FAB_SIGNALED);
 }
 
@@ -226,7 +226,7 @@ int fab_post_faa(fab_conn *conn, uint64_t raddr, uint32_t rkey, uint64_t add, ui
 {
     if (conn == NULL || (raddr & 7) != 0)
         return FK_EINVAL;
-    return conn->node->ops->post(conn, FAB_OP_FAA, NULL, 8, raddr, rkey, add, cookie,
+    return conn->node->ops->post(conn, NULL, FAB_OP_FAA, NULL, 8, raddr, rkey, add, cookie,
                                  flags | FAB_SIGNALED);
 }
 

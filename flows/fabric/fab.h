@@ -195,19 +195,26 @@ int fab_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn 
  * side still applies what it already received). Owner thread. */
 void fab_conn_close(fab_conn *conn);
 
-/* One-sided write of len bytes from local (copied before return: the buffer
- * is the caller's again at once) to the peer's region at raddr.
+/* One-sided write of len bytes from local to the peer's region at raddr.
+ * lmr is the caller's registered region that holds local (verbs needs its
+ * lkey; NULL lets the backend copy through its own registered bounce buffer,
+ * which the tcp backend always does). The tcp backend copies local before
+ * returning; a backend with zero-copy sends owns local until the next
+ * signaled completion on this connection, so callers reuse a buffer only
+ * after a signaled completion that follows it (DFI's one completion check
+ * per ring wrap).
  * Errors: FK_EAGAIN (FAB_CONN_DEPTH signaled ops outstanding: poll first),
  * FK_EPOISONED (connection in error), FK_EUNREACHABLE (peer gone), FK_EINVAL.
  * Owner thread. */
-int fab_post_write(fab_conn *conn, const void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                   uint64_t cookie, unsigned flags);
+int fab_post_write(fab_conn *conn, fab_mr *lmr, const void *local, size_t len, uint64_t raddr,
+                   uint32_t rkey, uint64_t cookie, unsigned flags);
 
-/* One-sided read of len <= FAB_READ_MAX bytes at raddr into local. local
+/* One-sided read of len <= FAB_READ_MAX bytes at raddr into local, which lies
+ * in the registered region lmr (NULL: any memory, copied by the backend). local
  * belongs to the fabric until the completion with this cookie is polled
  * (STYLE.md point 9). Always signaled. Errors as fab_post_write. */
-int fab_post_read(fab_conn *conn, void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                  uint64_t cookie, unsigned flags);
+int fab_post_read(fab_conn *conn, fab_mr *lmr, void *local, size_t len, uint64_t raddr,
+                  uint32_t rkey, uint64_t cookie, unsigned flags);
 
 /* Atomic fetch-and-add of add to the aligned 8-byte word at raddr; the old
  * value arrives in the completion's value. Always signaled. */

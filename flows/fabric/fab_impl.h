@@ -23,8 +23,8 @@ struct fab__ops {
     int (*wait)(fab_node *node, uint64_t seen, uint64_t timeout_ns);
     int (*connect)(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn **out);
     void (*conn_close)(fab_conn *conn);
-    int (*post)(fab_conn *conn, uint32_t op, void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                uint64_t add, uint64_t cookie, unsigned flags);
+    int (*post)(fab_conn *conn, fab_mr *lmr, uint32_t op, void *local, size_t len, uint64_t raddr,
+                uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags);
     int (*poll)(fab_conn *conn, struct fab_wc *wc, int max);
     int (*conn_wait)(fab_conn *conn, uint64_t timeout_ns);
     int (*call)(fab_conn *conn, const void *req, size_t len, void *resp, size_t cap,

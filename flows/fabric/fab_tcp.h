@@ -47,7 +47,7 @@ _Static_assert(FAB__TCP_IN_CAP >= FAB__TCP_OUT_CAP, "a response burst fits one i
 /* Active side (fab_tcp_conn.c). */
 int fab__tcp_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn **out);
 void fab__tcp_conn_close(fab_conn *conn);
-int fab__tcp_post(fab_conn *conn, uint32_t op, void *local, size_t len, uint64_t raddr,
+int fab__tcp_post(fab_conn *conn, fab_mr *lmr, uint32_t op, void *local, size_t len, uint64_t raddr,
                   uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags);
 int fab__tcp_poll(fab_conn *conn, struct fab_wc *wc, int max);
 int fab__tcp_conn_wait(fab_conn *conn, uint64_t timeout_ns);

@@ -170,10 +170,11 @@ static int transmit(struct tcp_conn *c, const struct fab__tcp_msg *m, const void
     return rc;
 }
 
-int fab__tcp_post(fab_conn *bc, uint32_t op, void *local, size_t len, uint64_t raddr, uint32_t rkey,
-                  uint64_t add, uint64_t cookie, unsigned flags)
+int fab__tcp_post(fab_conn *bc, fab_mr *lmr, uint32_t op, void *local, size_t len, uint64_t raddr,
+                  uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags)
 {
     struct tcp_conn *c = (struct tcp_conn *)bc;
+    (void)lmr; /* sockets copy from any memory */
     if (c->poisoned)
         return FK_EPOISONED;
     if (c->dead)

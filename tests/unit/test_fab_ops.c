@@ -138,12 +138,12 @@ TEST(fab_write_read_faa_across_processes)
     fab_node *n = new_node();
     fab_conn *c = connect_to(n, e.addr);
     uint64_t v = 42;
-    CHECK_OK(fab_post_write(c, &v, 8, e.rkey.addr, e.rkey.key, 1, FAB_SIGNALED));
+    CHECK_OK(fab_post_write(c, NULL, &v, 8, e.rkey.addr, e.rkey.key, 1, FAB_SIGNALED));
     struct fab_wc wc = wait_one(c);
     CHECK_EQ_U64(wc.cookie, 1);
     CHECK_OK(wc.status);
     uint64_t r = 0;
-    CHECK_OK(fab_post_read(c, &r, 8, e.rkey.addr + 8, e.rkey.key, 2, 0));
+    CHECK_OK(fab_post_read(c, NULL, &r, 8, e.rkey.addr + 8, e.rkey.key, 2, 0));
     wc = wait_one(c);
     CHECK_EQ_U64(wc.cookie, 2);
     CHECK_EQ_U64(r, 1001);
@@ -154,8 +154,8 @@ TEST(fab_write_read_faa_across_processes)
     /* Unsignaled write then a signaled read: order on the connection means
      * the read sees the write. */
     v = 77;
-    CHECK_OK(fab_post_write(c, &v, 8, e.rkey.addr + 24, e.rkey.key, 4, 0));
-    CHECK_OK(fab_post_read(c, &r, 8, e.rkey.addr + 24, e.rkey.key, 5, 0));
+    CHECK_OK(fab_post_write(c, NULL, &v, 8, e.rkey.addr + 24, e.rkey.key, 4, 0));
+    CHECK_OK(fab_post_read(c, NULL, &r, 8, e.rkey.addr + 24, e.rkey.key, 5, 0));
     wc = wait_one(c);
     CHECK_EQ_U64(wc.cookie, 5);
     CHECK_EQ_U64(r, 77);
@@ -226,18 +226,19 @@ TEST(fab_footer_after_payload_wraps_ring)
     uint64_t consumed = 0;
     for (uint64_t r = 0; r < ROUNDS; r++) {
         while (r - consumed >= NSEG) {
-            CHECK_OK(fab_post_read(c, &consumed, 8, e[1].rkey.addr, e[1].rkey.key, r, 0));
+            CHECK_OK(fab_post_read(c, NULL, &consumed, 8, e[1].rkey.addr, e[1].rkey.key, r, 0));
             wait_one(c);
         }
         memset(s.payload, (int)(uint8_t)r, sizeof(s.payload));
         s.footer = r + 1;
         uint64_t at = e[0].rkey.addr + (r % NSEG) * sizeof(struct seg);
         if (r % 2 == 0) { /* one write: footer is its last word */
-            CHECK_OK(fab_post_write(c, &s, sizeof(s), at, e[0].rkey.key, r, 0));
+            CHECK_OK(fab_post_write(c, NULL, &s, sizeof(s), at, e[0].rkey.key, r, 0));
         } else { /* payload, then footer, batched */
+            CHECK_OK(fab_post_write(c, NULL, s.payload, sizeof(s.payload), at, e[0].rkey.key, r,
+                                    FAB_MORE));
             CHECK_OK(
-                fab_post_write(c, s.payload, sizeof(s.payload), at, e[0].rkey.key, r, FAB_MORE));
-            CHECK_OK(fab_post_write(c, &s.footer, 8, at + sizeof(s.payload), e[0].rkey.key, r, 0));
+                fab_post_write(c, NULL, &s.footer, 8, at + sizeof(s.payload), e[0].rkey.key, r, 0));
         }
     }
     xwrite(ch.to_child[1], "x", 1);
@@ -313,20 +314,20 @@ TEST(fab_remote_access_error_poisons)
     struct fab_rkey k = fab_mr_rkey(mr);
     fab_conn *c = connect_to(a, fab_node_addr(b));
     uint64_t v = 1;
-    CHECK_OK(fab_post_write(c, &v, 8, k.addr + sizeof(mem), k.key, 9, FAB_SIGNALED));
+    CHECK_OK(fab_post_write(c, NULL, &v, 8, k.addr + sizeof(mem), k.key, 9, FAB_SIGNALED));
     struct fab_wc wc = wait_one(c);
     CHECK_EQ_U64(wc.cookie, 9);
     CHECK_ERR(wc.status, FK_EPROTO);
-    CHECK_ERR(fab_post_write(c, &v, 8, k.addr, k.key, 10, 0), FK_EPOISONED);
+    CHECK_ERR(fab_post_write(c, NULL, &v, 8, k.addr, k.key, 10, 0), FK_EPOISONED);
     fab_conn_close(c);
     /* A stale key after deregistration is refused too. */
     fab_mr_dereg(mr);
     c = connect_to(a, fab_node_addr(b));
-    CHECK_OK(fab_post_read(c, &v, 8, k.addr, k.key, 11, 0));
+    CHECK_OK(fab_post_read(c, NULL, &v, 8, k.addr, k.key, 11, 0));
     wc = wait_one(c);
     CHECK_ERR(wc.status, FK_EPROTO);
     CHECK_ERR(fab_post_faa(c, k.addr + 1, k.key, 1, 0, 0), FK_EINVAL);
-    CHECK_ERR(fab_post_read(c, &v, FAB_READ_MAX + 1, k.addr, k.key, 0, 0), FK_ETOOBIG);
+    CHECK_ERR(fab_post_read(c, NULL, &v, FAB_READ_MAX + 1, k.addr, k.key, 0, 0), FK_ETOOBIG);
     fab_conn_close(c);
     CHECK_ERR(fab_connect(a, "nonsense", SEC, &c), FK_EINVAL);
     CHECK_ERR(fab_connect(a, "127.0.0.1:1", SEC, &c), FK_EUNREACHABLE);
