@@ -90,6 +90,12 @@ int64_t ycsb_java_ladd(int64_t a, int64_t b)
     return (int64_t)((uint64_t)a + (uint64_t)b);
 }
 
+int64_t ycsb_java_labs(int64_t v)
+{
+    /* Negation in uint64_t: 2^63 negates to itself, as in Java. */
+    return v < 0 ? (int64_t)(0 - (uint64_t)v) : v;
+}
+
 #define FNV_OFFSET_BASIS_64 0xCBF29CE484222325ULL
 #define FNV_PRIME_64        1099511628211ULL
 
@@ -103,11 +109,7 @@ int64_t ycsb_fnvhash64(int64_t val)
         v >>= 8;
         h *= FNV_PRIME_64;
     }
-    /* Math.abs on a Java long: -h for negative h; Long.MIN_VALUE maps to
-     * itself (unsigned negation of 2^63 is 2^63). */
-    if ((int64_t)h < 0)
-        h = 0 - h;
-    return (int64_t)h;
+    return ycsb_java_labs((int64_t)h);
 }
 
 /* ---- zipfian ------------------------------------------------------------- */

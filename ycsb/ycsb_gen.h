@@ -96,6 +96,8 @@ int32_t ycsb_java_d2i(double d);
 int32_t ycsb_java_l2i(int64_t v);
 /* Java long addition (wraps). */
 int64_t ycsb_java_ladd(int64_t a, int64_t b);
+/* Java Math.abs(long): Math.abs(Long.MIN_VALUE) is Long.MIN_VALUE. */
+int64_t ycsb_java_labs(int64_t v);
 
 /* Utils.fnvhash64: FNV-1a 64 of the 8 little-endian bytes of val, then
  * Java Math.abs (so the result is >= 0 except for Long.MIN_VALUE). */

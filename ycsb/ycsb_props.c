@@ -361,6 +361,14 @@ static const struct {
     {"-p", NULL},
 };
 
+static int is_value_opt(const char *opt)
+{
+    for (size_t i = 0; i < sizeof value_opts / sizeof value_opts[0]; i++)
+        if (strcmp(opt, value_opts[i].opt) == 0)
+            return 1;
+    return 0;
+}
+
 static int value_opt(const char *opt, const char *val, struct ycsb_props *files,
                      struct ycsb_props *cmd, char *err, size_t errlen)
 {
@@ -418,15 +426,15 @@ static int parse_args(int argc, char *const argv[], struct ycsb_props *files,
                 return rc;
             continue;
         }
+        if (!is_value_opt(a)) {
+            seterr(err, errlen, "Unknown option %s", a);
+            return FK_EINVAL;
+        }
         if (i + 1 >= argc) {
             seterr(err, errlen, "Missing argument value for %s", a);
             return FK_EINVAL;
         }
         rc = value_opt(a, argv[i + 1], files, cmd, err, errlen);
-        if (rc == 1) {
-            seterr(err, errlen, "Unknown option %s", a);
-            return FK_EINVAL;
-        }
         if (rc < 0)
             return rc;
         i++;

@@ -18,7 +18,9 @@
  *  - run: the operation from a DiscreteGenerator over the proportions, in the
  *    order READ, UPDATE, INSERT, SCAN, READMODIFYWRITE; the key from
  *    requestdistribution (uniform, zipfian = scrambled zipfian over
- *    insertcount + 2 * operationcount * insertproportion items, latest,
+ *    [insertstart, insertstart + insertcount + (int)(2 * operationcount *
+ *    insertproportion)], inclusive as in YCSB, so one key past the loaded
+ *    range can be drawn, latest,
  *    hotspot, sequential, exponential), redrawn while it is above the highest
  *    acknowledged insert (nextKeynum; bounded here by YCSB_KEY_RETRY_MAX);
  *    key numbers pass through Java's intValue() (32 bits) as in YCSB;
