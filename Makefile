@@ -140,6 +140,36 @@ $(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIB_YCSB) $(LIB_COMMON)
 all: $(YCSB_PROG)
 tests: $(YCSB_PROG)
 
+# ---- 3c. consensus simulator (issue 5) -------------------------------------
+# consensus/sim/*.c but main.c -> libfksim.a (the simulator and the
+# linearizability checker), linked into build/bin/flowkv-sim and into the
+# test_sim_* / test_lin_* unit tests. `make sim` runs a campaign:
+#   make sim                 $(SEEDS) seeds (default 1000)
+#   make sim SEEDS=100000    a long campaign
+#   make sim SEED=1234       replays one seed exactly (SIM_ARGS=--verbose for more)
+SIM_SRC  := $(filter-out consensus/sim/main.c,$(wildcard consensus/sim/*.c))
+LIB_SIM  := $(BUILD)/lib/libfksim.a
+SIM_PROG := $(BUILD)/bin/flowkv-sim
+SEEDS    ?= 1000
+$(LIB_SIM): $(call obj,$(SIM_SRC))
+$(SIM_PROG): $(BUILD)/obj/consensus/sim/main.o $(LIB_SIM) $(LIB_CONSENSUS) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_SIM) $(LIB_CONSENSUS) $(LIB_COMMON) $(LDLIBS)
+$(BUILD)/tests/test_sim_%: $(BUILD)/obj/tests/unit/test_sim_%.o $(BUILD)/obj/tests/check.o $(LIB_SIM) $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIB_SIM) $(LIBS) $(LDLIBS)
+$(BUILD)/tests/test_lin_%: $(BUILD)/obj/tests/unit/test_lin_%.o $(BUILD)/obj/tests/check.o $(LIB_SIM) $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIB_SIM) $(LIBS) $(LDLIBS)
+all: $(SIM_PROG)
+tests: $(SIM_PROG)
+.PHONY: sim
+sim: $(SIM_PROG)
+	$(SIM_PROG) $(if $(SEED),--seed $(SEED),--seeds $(SEEDS)) $(SIM_ARGS)
+
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- 4. dependencies, run, tests, sanitizers, lint -------------------------

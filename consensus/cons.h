@@ -1,0 +1,227 @@
+/*
+ * cons.h: the contract shared by flowkv's protocol cores (mpx_, nop_).
+ *
+ * A core is a pure state machine (STYLE.md point 1): it owns no socket,
+ * clock, random source or allocator after create. Its driver (the simulator
+ * in consensus/sim, later flowkv-server) feeds it inputs and drains an
+ * outbox after every call:
+ *
+ *   input  = a message (bytes + source address), a tick (virtual or real
+ *            time in ns) or a storage completion (a persist cookie);
+ *   outbox = messages (bytes + destination: a replica or a client id) and
+ *            persist requests (metadata, log entries, snapshots) each with a
+ *            64-bit cookie.
+ *
+ * Operations are applied through the state machine interface (struct
+ * cons_sm) that the driver hands to the core at create time; replies to
+ * clients leave as messages in the outbox.
+ *
+ * Durability contract: a core never sends a message whose promise depends on
+ * state that is not yet durable. It asks the driver to persist items with
+ * increasing cookies; the driver makes them durable IN COOKIE ORDER and then
+ * reports the highest durable cookie with a CONS_IN_PERSISTED input. Only
+ * then does the core release the acknowledgements that depended on them. A
+ * driver that crashes loses exactly the items it had not reported.
+ *
+ * Thread safety: a core handle belongs to one thread; nothing here locks.
+ */
+#ifndef CONS_H
+#define CONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- documented limits -------------------------------------------------
+ * Every bound in the cores is one of these, checked at compile time.
+ * Keys and values are opaque bytes. */
+#define CONS_KEY_MAX         64         /* bytes in a key */
+#define CONS_VAL_MAX         1024       /* bytes in a value (and a CAS expected value) */
+#define CONS_SCAN_MAX        16         /* pairs one range scan may return */
+#define CONS_REPLY_MAX       8192       /* bytes of reply payload (a value or scan pairs) */
+#define CONS_REPLICAS_MAX    7          /* replicas in a group (2f+1, f <= 3) */
+#define CONS_BATCH_MAX       8          /* client operations in one log entry */
+#define CONS_LOG_CAP_MAX     1024       /* log entries held in memory (the window) */
+#define CONS_CLIENTS_MAX     4096       /* clients in the client table */
+#define CONS_MSG_MAX         (4u << 20) /* bytes in one wire message */
+#define CONS_OUT_MSGS_MAX    256        /* messages in one outbox */
+#define CONS_OUT_PERSIST_MAX 256        /* persist requests in one outbox */
+
+_Static_assert(CONS_REPLICAS_MAX % 2 == 1 && CONS_REPLICAS_MAX <= 64,
+               "replica sets are 2f+1 and fit a 64-bit ack mask");
+_Static_assert(CONS_KEY_MAX < 65536 && CONS_VAL_MAX < 65536, "lengths travel as u16");
+_Static_assert(CONS_REPLY_MAX >= CONS_VAL_MAX, "a GET reply carries a whole value");
+_Static_assert(CONS_BATCH_MAX >= 1 && CONS_BATCH_MAX < 256, "batch count travels as u8");
+_Static_assert((CONS_LOG_CAP_MAX & (CONS_LOG_CAP_MAX - 1)) == 0, "log ring is a power of two");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "wire structs are memcpy'd; the wire format is little-endian");
+
+/* ---- operations and replies -------------------------------------------- */
+enum cons_op_type {
+    CONS_OP_NOOP = 0, /* fills a log slot; changes nothing (gap agreement, phase 1) */
+    CONS_OP_GET = 1,  /* reply: the value, or FK_ENOTFOUND */
+    CONS_OP_PUT = 2,  /* reply: 0 */
+    CONS_OP_DEL = 3,  /* reply: 0, or FK_ENOTFOUND */
+    CONS_OP_CAS = 4,  /* val := new if current == exp; reply 0, FK_ECASFAIL, FK_ENOTFOUND */
+    CONS_OP_SCAN = 5, /* up to scan_limit pairs with key >= key, in key order */
+    CONS_OP__COUNT
+};
+
+/* One client operation, in memory. Fixed size so logs are arrays; on the
+ * wire only the used bytes travel (cons_wire.h). */
+struct cons_op {
+    uint64_t client_id; /* nonzero for client ops; 0 for NOOP */
+    uint64_t req_no;    /* per client, increasing from 1 */
+    uint8_t type;       /* enum cons_op_type */
+    uint8_t scan_limit; /* SCAN: 1..CONS_SCAN_MAX */
+    uint16_t key_len, val_len, exp_len;
+    uint8_t key[CONS_KEY_MAX];
+    uint8_t val[CONS_VAL_MAX]; /* PUT value, CAS new value */
+    uint8_t exp[CONS_VAL_MAX]; /* CAS expected value */
+};
+
+/* The result of one operation. GET: data = value. SCAN: data = pairs, each
+ * u16 key length, key, u16 value length, value (little-endian). */
+struct cons_reply {
+    uint64_t client_id, req_no;
+    int32_t status; /* 0 or a negative FK_E* code */
+    uint32_t len;   /* bytes used in data */
+    uint8_t data[CONS_REPLY_MAX];
+};
+
+/* ---- the state machine the cores apply to ------------------------------
+ * Deterministic: the same operations in the same order give the same
+ * replies and the same state on every replica. */
+struct cons_sm_ops {
+    /* Applies op (never NOOP) and fills reply->status, len, data. Returns 0,
+     * or a negative code for a failure that must stop the replica (storage
+     * broken); a rejected operation is a reply status, not an error. */
+    int (*apply)(void *impl, const struct cons_op *op, struct cons_reply *reply);
+    /* Serialises the whole state into buf[0..cap); sets *len. FK_ETOOBIG when
+     * cap is too small. */
+    int (*snapshot)(void *impl, uint8_t *buf, size_t cap, size_t *len);
+    /* Replaces the whole state with a snapshot. FK_EMALFORMED on bad bytes
+     * (state unchanged), FK_EFULL when it does not fit the capacity. */
+    int (*install)(void *impl, const uint8_t *buf, size_t len);
+};
+
+struct cons_sm {
+    const struct cons_sm_ops *ops;
+    void *impl;
+};
+
+/* ---- addresses, inputs and the outbox ---------------------------------- */
+enum cons_addr_kind { CONS_ADDR_REPLICA = 1, CONS_ADDR_CLIENT = 2 };
+
+struct cons_addr {
+    uint8_t kind; /* enum cons_addr_kind */
+    uint64_t id;  /* replica index 0..n-1, or client id */
+};
+
+enum cons_in_kind {
+    CONS_IN_MSG = 1,       /* buf/len from `from`; bytes are untrusted */
+    CONS_IN_TICK = 2,      /* time passed; the core runs its timers */
+    CONS_IN_PERSISTED = 3, /* every persist item with cookie <= cookie is durable */
+};
+
+struct cons_input {
+    uint8_t kind; /* enum cons_in_kind */
+    struct cons_addr from;
+    const uint8_t *buf; /* CONS_IN_MSG: borrowed for the duration of the call */
+    size_t len;
+    uint64_t cookie; /* CONS_IN_PERSISTED */
+};
+
+enum cons_persist_kind {
+    CONS_PERSIST_META = 1,     /* replace the protocol metadata record */
+    CONS_PERSIST_ENTRY = 2,    /* write log entry `index` (replace any old one) */
+    CONS_PERSIST_SNAPSHOT = 3, /* replace the snapshot; drop entries <= index */
+};
+
+struct cons_out_msg {
+    struct cons_addr to;
+    const uint8_t *buf; /* into the outbox arena */
+    uint32_t len;
+};
+
+struct cons_persist {
+    uint8_t kind; /* enum cons_persist_kind */
+    uint64_t cookie;
+    uint64_t index;     /* ENTRY, SNAPSHOT */
+    const uint8_t *buf; /* opaque record bytes, into the outbox arena */
+    uint32_t len;
+};
+
+/* Filled by every step; everything in it is valid until the next call on
+ * the same core. The driver copies what it needs. Bounded: when the arena
+ * or an array is full, further messages are dropped (counted in `dropped`),
+ * which the protocols tolerate like network loss; a persist request that
+ * does not fit poisons the core (FK_EPOISONED) since it cannot be dropped. */
+struct cons_outbox {
+    struct cons_out_msg msgs[CONS_OUT_MSGS_MAX];
+    uint32_t nmsgs;
+    struct cons_persist persists[CONS_OUT_PERSIST_MAX];
+    uint32_t npersists;
+    uint32_t dropped;
+    uint8_t *arena; /* owned by the core, arena_cap bytes */
+    size_t arena_cap, arena_used;
+};
+
+/* ---- client table (exactly-once, part of replicated state) -------------
+ * One row per client: the latest applied request number and its reply. A
+ * request with req_no <= the row's is never applied again; the equal one is
+ * answered from the cache. Sized at create: cap rows (open addressing at
+ * load <= 1/2, so 2*cap slots of sizeof(struct cons_ctab_row) ~ 8.2 KiB:
+ * 64 clients = 1 MiB). */
+struct cons_ctab_row {
+    uint64_t client_id; /* 0 = empty slot */
+    struct cons_reply reply;
+};
+
+struct cons_ctab {
+    uint32_t slots, used, cap;
+    struct cons_ctab_row *rows;
+};
+
+/* Allocates a table for up to cap clients (1..CONS_CLIENTS_MAX). Returns 0,
+ * FK_EINVAL or FK_ENOMEM. Call from the owner thread at setup. */
+int cons_ctab_init(struct cons_ctab *t, uint32_t cap);
+void cons_ctab_free(struct cons_ctab *t);
+/* The row of client_id, or NULL. */
+struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id);
+/* Records reply as the client's latest. FK_EFULL when the table is full. */
+int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply);
+/* Serialises the table into buf; FK_ETOOBIG when cap is too small. */
+int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *len);
+/* Replaces the table; FK_EMALFORMED on bad bytes, FK_EFULL over capacity. */
+int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len);
+
+/* Applies op exactly once through the client table: a duplicate returns the
+ * cached reply (1), an old request returns 2 and no reply, a new one is
+ * applied (0). reply is filled when the result is 0 or 1. Negative: the sm
+ * failed, or the table is full (FK_EFULL: the op is answered with FK_EFULL
+ * and not applied, deterministically on every replica, returning 0). */
+int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
+                    struct cons_reply *reply);
+
+/* ---- outbox helpers for the cores --------------------------------------- */
+/* Resets the outbox for a new step. */
+void cons_outbox_reset(struct cons_outbox *ob);
+/* Reserves len bytes in the arena; NULL when full. */
+uint8_t *cons_outbox_alloc(struct cons_outbox *ob, size_t len);
+/* Appends a message whose bytes were written at buf (from cons_outbox_alloc,
+ * possibly shrunk to len). Returns 0 or FK_EFULL (the message is dropped). */
+int cons_outbox_msg(struct cons_outbox *ob, struct cons_addr to, const uint8_t *buf, uint32_t len);
+
+static inline struct cons_addr cons_replica(uint64_t id)
+{
+    struct cons_addr a = {CONS_ADDR_REPLICA, id};
+    return a;
+}
+
+static inline struct cons_addr cons_client(uint64_t id)
+{
+    struct cons_addr a = {CONS_ADDR_CLIENT, id};
+    return a;
+}
+
+#endif /* CONS_H */

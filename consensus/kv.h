@@ -1,0 +1,42 @@
+/*
+ * kv.h: the in-memory key-value state machine (kv_mem) the simulator uses.
+ *
+ * Implements struct cons_sm (cons.h): get, put, delete, compare-and-swap and
+ * ordered range scan over byte-string keys compared with memcmp then length
+ * (shorter first), the order LMDB uses by default, so the LMDB state machine
+ * in server/ answers scans identically.
+ *
+ * Storage: a sorted array of max_keys fixed rows, each sizeof(struct
+ * kv_row) = 2 + 2 + 64 + 1024 = 1092 bytes: 1,000 keys = 1.1 MiB, allocated
+ * at create. Lookups are binary searches; inserts shift rows (fine for the
+ * simulator's small key sets; the server uses LMDB). A PUT of a new key
+ * when full replies FK_EFULL and changes nothing.
+ *
+ * Snapshot layout: u32 count, then per key u16 klen, key, u16 vlen, value,
+ * in key order.
+ *
+ * Thread safety: one thread per handle.
+ */
+#ifndef KV_H
+#define KV_H
+
+#include "cons.h"
+
+#include <stdint.h>
+
+struct kv_mem;
+
+/* Creates a store for up to max_keys keys (1..1,000,000). NULL on bad
+ * arguments or out of memory. Free with kv_mem_destroy. */
+struct kv_mem *kv_mem_create(uint32_t max_keys);
+void kv_mem_destroy(struct kv_mem *kv);
+/* The state machine view of kv; valid until kv_mem_destroy. */
+struct cons_sm kv_mem_sm(struct kv_mem *kv);
+/* Number of keys stored. */
+uint32_t kv_mem_count(const struct kv_mem *kv);
+/* Bytes a snapshot of a full store needs, for sizing buffers. */
+size_t kv_mem_snapshot_max(uint32_t max_keys);
+/* Compares keys the way scans order them: <0, 0, >0. */
+int kv_key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen);
+
+#endif /* KV_H */

@@ -1,0 +1,489 @@
+/* mpx.c: the Multi-Paxos replica: setup, persistence, the log, applying,
+ * and the step dispatcher. Message handlers for elections and phase 2 are
+ * in mpx_paxos.c, recovery in mpx_recover.c. */
+#include "mpx_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MPX_META_MAGIC 0x4d58504du /* "MPXM" */
+#define MPX_SNAP_MAGIC 0x5358504du /* "MPXS" */
+
+uint64_t mpx__rand(struct mpx *r)
+{
+    /* xorshift64*: deterministic given cfg.seed, which the driver chooses. */
+    r->rng ^= r->rng >> 12;
+    r->rng ^= r->rng << 25;
+    r->rng ^= r->rng >> 27;
+    return r->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static int config_ok(const struct mpx_config *c)
+{
+    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
+           c->log_cap >= 8 && c->log_cap <= CONS_LOG_CAP_MAX &&
+           (c->log_cap & (c->log_cap - 1)) == 0 && c->window >= 1 && c->window <= c->log_cap / 4 &&
+           c->batch_max >= 1 && c->batch_max <= CONS_BATCH_MAX && c->pending_max >= 1 &&
+           c->pending_max <= 65536 && c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX &&
+           c->snapshot_max >= 8 && c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns &&
+           /* A promise carries up to log_cap whole batches in one message. */
+           (uint64_t)c->log_cap * c->batch_max * CONS_WIRE_OP_MAX + 4096 <= CONS_MSG_MAX;
+}
+
+/* Memory, all allocated here and never again:
+ *   slots        log_cap * sizeof(struct mpx_slot)             (48 B each)
+ *   op pool      log_cap * batch_max * sizeof(struct cons_op)  (2,136 B each)
+ *   pending      pending_max * sizeof(struct cons_op)
+ *   client table 2 * clients_max rows of ~8.2 KiB (cons.h)
+ *   snapshot     16 + 4 + clients_max * CONS_WIRE_REPLY_MAX + snapshot_max
+ *   recovery     the same again (the best snapshot heard while recovering)
+ *   outbox arena max(arena_bytes, 2 * snapshot + 64 KiB)
+ * e.g. log_cap 32, batch 4, 16 clients, 64 KiB snapshots: ~0.9 MiB. */
+static int alloc_all(struct mpx *r)
+{
+    const struct mpx_config *c = &r->cfg;
+    r->slots = calloc(c->log_cap, sizeof *r->slots);
+    r->op_pool = calloc((size_t)c->log_cap * c->batch_max, sizeof *r->op_pool);
+    r->pending = calloc(c->pending_max, sizeof *r->pending);
+    r->scratch_batch = calloc(c->batch_max, sizeof *r->scratch_batch);
+    r->snap_cap = 16 + 4 + (size_t)c->clients_max * CONS_WIRE_REPLY_MAX + c->snapshot_max;
+    r->snap_buf = malloc(r->snap_cap);
+    r->rec_snap = malloc(r->snap_cap);
+    size_t arena = c->arena_bytes;
+    if (arena < 2 * r->snap_cap + (64u << 10))
+        arena = 2 * r->snap_cap + (64u << 10);
+    r->ob.arena = malloc(arena);
+    r->ob.arena_cap = arena;
+    if (!r->slots || !r->op_pool || !r->pending || !r->scratch_batch || !r->snap_buf ||
+        !r->rec_snap || !r->ob.arena)
+        return FK_ENOMEM;
+    for (uint32_t i = 0; i < c->log_cap; i++)
+        r->slots[i].ops = &r->op_pool[(size_t)i * c->batch_max];
+    return cons_ctab_init(&r->ctab, c->clients_max);
+}
+
+struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err)
+{
+    *err = FK_EINVAL;
+    if (!cfg || !config_ok(cfg) || !sm.ops)
+        return NULL;
+    struct mpx *r = calloc(1, sizeof *r);
+    *err = FK_ENOMEM;
+    if (!r)
+        return NULL;
+    r->cfg = *cfg;
+    r->sm = sm;
+    r->f = cfg->n / 2;
+    r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
+    r->leader = UINT32_MAX;
+    if ((*err = alloc_all(r)) < 0) {
+        mpx_destroy(r);
+        return NULL;
+    }
+    *err = 0;
+    return r;
+}
+
+void mpx_destroy(struct mpx *r)
+{
+    if (!r)
+        return;
+    cons_ctab_free(&r->ctab);
+    free(r->slots);
+    free(r->op_pool);
+    free(r->pending);
+    free(r->scratch_batch);
+    free(r->snap_buf);
+    free(r->rec_snap);
+    free(r->ob.arena);
+    free(r);
+}
+
+/* ---- the log ring -------------------------------------------------------- */
+
+struct mpx_slot *mpx__slot(struct mpx *r, uint64_t index)
+{
+    if (index <= r->snap_index || index > r->snap_index + r->cfg.log_cap)
+        return NULL;
+    return &r->slots[index & (r->cfg.log_cap - 1)];
+}
+
+const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index)
+{
+    if (index <= r->snap_index || index > r->snap_index + r->cfg.log_cap)
+        return NULL;
+    const struct mpx_slot *s = &r->slots[index & (r->cfg.log_cap - 1)];
+    return s->index == index ? s : NULL;
+}
+
+/* Drops every slot at or below `upto` (they are inside the snapshot now). */
+static void drop_prefix(struct mpx *r, uint64_t upto)
+{
+    for (uint32_t i = 0; i < r->cfg.log_cap; i++) {
+        struct mpx_slot *s = &r->slots[i];
+        if (s->index && s->index <= upto) {
+            s->index = 0;
+            s->chosen = 0;
+            s->acks = 0;
+            s->nops = 0;
+        }
+    }
+}
+
+/* ---- persistence ------------------------------------------------------- */
+
+static struct cons_persist *persist_item(struct mpx *r, uint8_t kind, uint64_t index)
+{
+    if (r->ob.npersists >= CONS_OUT_PERSIST_MAX) {
+        r->poisoned = 1; /* cannot drop a persist; the driver sized things wrong */
+        return NULL;
+    }
+    struct cons_persist *p = &r->ob.persists[r->ob.npersists++];
+    p->kind = kind;
+    p->cookie = ++r->next_cookie;
+    p->index = index;
+    p->buf = r->ob.arena + r->ob.arena_used;
+    p->len = 0;
+    return p;
+}
+
+static void persist_commit(struct mpx *r, struct cons_persist *p, struct cons_wbuf *w)
+{
+    if (w->err) {
+        r->poisoned = 1;
+        return;
+    }
+    p->len = (uint32_t)w->len;
+    r->ob.arena_used += w->len;
+}
+
+void mpx__persist_meta(struct mpx *r)
+{
+    struct cons_persist *p = persist_item(r, CONS_PERSIST_META, 0);
+    if (!p)
+        return;
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
+    cons_w_u32(&w, MPX_META_MAGIC);
+    cons_w_u32(&w, r->cfg.n);
+    cons_w_u32(&w, r->cfg.id);
+    cons_w_u64(&w, r->promised);
+    persist_commit(r, p, &w);
+}
+
+void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s)
+{
+    struct cons_persist *p = persist_item(r, CONS_PERSIST_ENTRY, s->index);
+    if (!p)
+        return;
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
+    mpx__put_entry(&w, s);
+    persist_commit(r, p, &w);
+}
+
+/* Persists the snapshot blob of `len` bytes sitting in snap_buf. */
+void mpx__persist_snapshot(struct mpx *r, size_t len)
+{
+    uint64_t index;
+    memcpy(&index, r->snap_buf + 4, sizeof index);
+    struct cons_persist *p = persist_item(r, CONS_PERSIST_SNAPSHOT, index);
+    if (!p)
+        return;
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
+    cons_w_bytes(&w, r->snap_buf, len);
+    persist_commit(r, p, &w);
+}
+
+/* ---- snapshots: u32 magic, u64 index, u32 ctab_len, ctab, u32 sm_len, sm - */
+
+int mpx__snapshot(struct mpx *r, size_t *len)
+{
+    struct cons_wbuf w;
+    size_t ct = 0, smlen = 0;
+    cons_wbuf_init(&w, r->snap_buf, r->snap_cap);
+    cons_w_u32(&w, MPX_SNAP_MAGIC);
+    cons_w_u64(&w, r->applied);
+    cons_w_u32(&w, 0);
+    if (w.err || cons_ctab_save(&r->ctab, w.p + w.len, w.cap - w.len, &ct) < 0)
+        return FK_ETOOBIG;
+    memcpy(w.p + 12, &(uint32_t){(uint32_t)ct}, 4);
+    w.len += ct;
+    cons_w_u32(&w, 0);
+    if (w.err || r->sm.ops->snapshot(r->sm.impl, w.p + w.len, w.cap - w.len, &smlen) < 0)
+        return FK_ETOOBIG;
+    memcpy(w.p + w.len - 4, &(uint32_t){(uint32_t)smlen}, 4);
+    w.len += smlen;
+    *len = w.len;
+    return 0;
+}
+
+/* Installs a snapshot blob into the client table and state machine and
+ * moves the log past it. FK_EMALFORMED leaves everything unchanged; a
+ * failure after the table was replaced poisons the replica. */
+int mpx__install(struct mpx *r, const uint8_t *blob, size_t len, uint64_t *index)
+{
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, blob, len);
+    uint32_t magic = cons_r_u32(&rd);
+    *index = cons_r_u64(&rd);
+    uint32_t ctl = cons_r_u32(&rd);
+    const uint8_t *ct = cons_r_bytes(&rd, ctl);
+    uint32_t sml = cons_r_u32(&rd);
+    const uint8_t *sm = cons_r_bytes(&rd, sml);
+    if (cons_r_done(&rd) < 0 || magic != MPX_SNAP_MAGIC)
+        return FK_EMALFORMED;
+    if (*index <= r->applied)
+        return 0; /* nothing new */
+    int rc = cons_ctab_load(&r->ctab, ct, ctl);
+    if (rc < 0)
+        return rc;
+    if (r->sm.ops->install(r->sm.impl, sm, sml) < 0) {
+        r->poisoned = 1;
+        return FK_EPOISONED;
+    }
+    drop_prefix(r, *index);
+    r->snap_index = r->applied = *index;
+    if (r->commit < *index)
+        r->commit = *index;
+    if (r->last < *index)
+        r->last = *index;
+    return 1;
+}
+
+/* Log compaction: once half the ring is applied history, snapshot at the
+ * applied index and drop that prefix. Deferred while the outbox arena
+ * cannot hold the snapshot (it is empty at the start of every step). */
+static void maybe_compact(struct mpx *r)
+{
+    if (r->role == MPX_RECOVERING || r->applied - r->snap_index < r->cfg.log_cap / 2)
+        return;
+    size_t len;
+    if (mpx__snapshot(r, &len) < 0 || len + 4096 > r->ob.arena_cap - r->ob.arena_used)
+        return;
+    drop_prefix(r, r->applied);
+    r->snap_index = r->applied;
+    mpx__persist_snapshot(r, len);
+}
+
+/* ---- applying ------------------------------------------------------------ */
+
+void mpx__apply_committed(struct mpx *r)
+{
+    while (r->applied < r->commit && !r->poisoned) {
+        const struct mpx_slot *s = mpx__cslot(r, r->applied + 1);
+        assert(s && s->chosen);
+        for (uint8_t k = 0; k < s->nops; k++) {
+            if (s->ops[k].type == CONS_OP_NOOP)
+                continue;
+            int rc = cons_apply_once(&r->sm, &r->ctab, &s->ops[k], &r->reply);
+            if (rc < 0) {
+                r->poisoned = 1;
+                return;
+            }
+            if (rc <= 1 && r->role == MPX_LEADER)
+                mpx__reply(r, s->ops[k].client_id, &r->reply);
+        }
+        r->applied++;
+    }
+    maybe_compact(r);
+}
+
+/* ---- restore and start ---------------------------------------------------- */
+
+int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len)
+{
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, buf, len);
+    uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
+    uint64_t promised = cons_r_u64(&rd);
+    if (r->started)
+        return FK_EINVAL;
+    if (cons_r_done(&rd) < 0 || magic != MPX_META_MAGIC || n != r->cfg.n || id != r->cfg.id)
+        return FK_EMALFORMED;
+    r->promised = r->max_seen = promised;
+    r->meta_seen = 1;
+    return 0;
+}
+
+int mpx_restore_snapshot(struct mpx *r, const uint8_t *buf, size_t len)
+{
+    uint64_t index;
+    if (r->started)
+        return FK_EINVAL;
+    int rc = mpx__install(r, buf, len, &index);
+    return rc < 0 ? rc : 0;
+}
+
+int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len)
+{
+    if (r->started)
+        return FK_EINVAL;
+    struct cons_rbuf rd;
+    uint64_t index, ballot;
+    uint8_t nops;
+    cons_rbuf_init(&rd, buf, len);
+    index = cons_r_u64(&rd);
+    if (rd.err || index == 0)
+        return FK_EMALFORMED;
+    if (index <= r->snap_index)
+        return 0; /* inside the snapshot already */
+    struct mpx_slot *s = mpx__slot(r, index);
+    if (!s)
+        return FK_EINVAL;
+    /* Validate into the slot's own ops; the slot only counts once s->index
+     * is set below. */
+    cons_rbuf_init(&rd, buf, len);
+    if (mpx__entry_next(&rd, &index, &ballot, &nops, s->ops, r->cfg.batch_max) < 0 ||
+        cons_r_done(&rd) < 0)
+        return FK_EMALFORMED;
+    s->index = index;
+    s->ballot = ballot;
+    s->nops = nops;
+    s->chosen = 0;
+    s->acks = 0;
+    if (r->last < index)
+        r->last = index;
+    return 0;
+}
+
+int mpx_start(struct mpx *r, enum mpx_start_mode mode, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    *out = &r->ob;
+    if (r->started || (mode == MPX_START_RESTORED && !r->meta_seen))
+        return FK_EINVAL;
+    r->started = 1;
+    r->now = now;
+    r->commit = r->applied = r->snap_index > r->applied ? r->snap_index : r->applied;
+    if (r->last < r->commit)
+        r->last = r->commit;
+    r->role = MPX_FOLLOWER;
+    mpx__reset_election(r);
+    switch (mode) {
+    case MPX_START_FRESH:
+        mpx__persist_meta(r);
+        break;
+    case MPX_START_RESTORED:
+        break;
+    case MPX_START_EMPTY:
+        mpx__recover_start(r);
+        break;
+    default:
+        return FK_EINVAL;
+    }
+    return r->poisoned ? FK_EPOISONED : 0;
+}
+
+static int on_input(struct mpx *r, const struct cons_input *in)
+{
+    struct mpx_msg m;
+    switch (in->kind) {
+    case CONS_IN_TICK:
+        mpx__tick(r);
+        return 0;
+    case CONS_IN_PERSISTED:
+        if (in->cookie > r->next_cookie)
+            return FK_EINVAL;
+        if (in->cookie > r->durable)
+            r->durable = in->cookie;
+        mpx__release_held(r);
+        return 0;
+    case CONS_IN_MSG:
+        if (mpx__decode(in->buf, in->len, &m, &r->scratch_op, r->cfg.batch_max) < 0)
+            return FK_EMALFORMED;
+        /* The claimed sender must match the transport's address. */
+        if (in->from.kind == CONS_ADDR_REPLICA
+                ? (m.from != in->from.id || m.from >= r->cfg.n || m.from == r->cfg.id)
+                : m.type != MPX_REQUEST)
+            return FK_EMALFORMED;
+        mpx__dispatch(r, &m, &r->scratch_op, in);
+        return 0;
+    default:
+        return FK_EINVAL;
+    }
+}
+
+int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    *out = &r->ob;
+    if (r->poisoned)
+        return FK_EPOISONED;
+    if (!r->started || !in)
+        return FK_EINVAL;
+    if (now > r->now)
+        r->now = now;
+    maybe_compact(r);
+    int rc = on_input(r, in);
+    return r->poisoned ? FK_EPOISONED : rc;
+}
+
+void mpx_invariants(const struct mpx *r)
+{
+    assert(r->applied <= r->commit);
+    assert(r->snap_index <= r->applied);
+    assert(r->commit <= r->last || r->commit == r->snap_index);
+    assert(r->durable <= r->next_cookie);
+    assert(r->held_n <= MPX_HELD_MAX);
+    assert(r->pend_n <= r->cfg.pending_max);
+    if (r->role == MPX_LEADER) {
+        assert(r->promised % 256 == r->cfg.id && r->leader == r->cfg.id);
+        assert(r->next_index > r->commit && r->next_index <= r->snap_index + r->cfg.log_cap + 1);
+    } else {
+        assert(r->pend_n == 0);
+    }
+    for (uint64_t i = r->snap_index + 1; i <= r->commit; i++) {
+        const struct mpx_slot *s = mpx__cslot(r, i);
+        assert(s && s->chosen && s->nops >= 1);
+    }
+    for (uint32_t k = 0; k < r->cfg.log_cap; k++) {
+        const struct mpx_slot *s = &r->slots[k];
+        assert(s->index == 0 || (s->index > r->snap_index && s->index <= r->last &&
+                                 (s->index & (r->cfg.log_cap - 1)) == k));
+        assert(s->index == 0 || s->nops <= r->cfg.batch_max);
+        assert(r->role == MPX_LEADER || s->acks == 0 || s->chosen || s->index == 0);
+    }
+}
+
+void mpx_status(const struct mpx *r, struct mpx_status *st)
+{
+    st->role = r->role;
+    st->promised = r->promised;
+    st->leader = r->leader;
+    st->commit = r->commit;
+    st->applied = r->applied;
+    st->snap_index = r->snap_index;
+    st->last = r->last;
+    st->dropped = r->ob.dropped;
+}
+
+static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ULL; /* FNV-1a */
+    return h;
+}
+
+int mpx_chosen_hash(const struct mpx *r, uint64_t index, uint64_t *hash)
+{
+    const struct mpx_slot *s = mpx__cslot(r, index);
+    if (!s || !s->chosen)
+        return 0;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (uint8_t k = 0; k < s->nops; k++) {
+        const struct cons_op *op = &s->ops[k];
+        h = hash_bytes(h, op, offsetof(struct cons_op, key));
+        h = hash_bytes(h, op->key, op->key_len);
+        h = hash_bytes(h, op->val, op->val_len);
+        h = hash_bytes(h, op->exp, op->exp_len);
+    }
+    *hash = h;
+    return 1;
+}

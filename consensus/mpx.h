@@ -1,0 +1,136 @@
+/*
+ * mpx.h: Multi-Paxos as a pure state machine (cons.h describes the
+ * contract: inputs in, outbox out, durability by persist cookies).
+ *
+ * The protocol (Lamport, "Paxos Made Simple", section 3, with the usual
+ * engineering):
+ *  - Ballots are (round << 8 | replica id); the leader of a ballot is its
+ *    low byte. A follower that has not heard a leader for its election
+ *    timeout runs a pre-vote first; peers grant it only if they too have not
+ *    heard a leader for an election timeout, so a replica that can still
+ *    hear a leader never helps start an election (damping, no ballot
+ *    inflation from a partitioned replica).
+ *  - Phase 1 covers the whole unchosen suffix: PREPARE(b, from = commit+1);
+ *    each PROMISE carries every accepted entry from there on. The new leader
+ *    re-proposes, at its ballot, the highest-ballot value for every slot up
+ *    to the highest slot it heard of, and NO-OPs in holes.
+ *  - Phase 2 is pipelined: up to `window` unchosen slots in flight, each
+ *    slot a batch of up to batch_max client operations; unacknowledged
+ *    slots are resent on ticks.
+ *  - Acceptors acknowledge only after their promise and entry are durable.
+ *  - The leader's commit index travels on ACCEPT and on heartbeats (COMMIT);
+ *    a follower marks a slot chosen only if it holds the leader's ballot
+ *    for it, otherwise it fetches chosen entries (CATCHUP_REQ), which any
+ *    replica answers with entries or, when they were compacted, a snapshot.
+ *  - All replicas apply chosen slots in order through the client table; the
+ *    leader replies to clients. Reads go through the log (linearizable).
+ *  - Log compaction: once applied - snapshot index reaches log_cap/2, the
+ *    replica snapshots its state at the applied index and drops the prefix.
+ *  - Restart with persisted state: restore META, SNAPSHOT and ENTRY records
+ *    (mpx_restore_*), then mpx_start(MPX_START_RESTORED). Restart without
+ *    state: mpx_start(MPX_START_EMPTY) runs recovery: it collects state from
+ *    f+1 other replicas under a fresh nonce, adopts the highest snapshot,
+ *    merges the entries after it by highest ballot (phase 1's rule) and the
+ *    highest promise, persists that, and only then takes part again; this
+ *    keeps every quorum intersection argument intact though its disk was
+ *    lost.
+ *
+ * Thread safety: a handle belongs to one thread.
+ */
+#ifndef MPX_H
+#define MPX_H
+
+#include "cons.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Test-only switches that plant known bugs, so the simulator can prove its
+ * checkers fail. Never set outside tests. */
+enum mpx_bug {
+    MPX_BUG_APPLY_UNCOMMITTED = 1u << 0, /* followers apply slots as soon as accepted */
+    MPX_BUG_LOCAL_READS = 1u << 1,       /* a leader answers GET from local state */
+};
+
+struct mpx_config {
+    uint32_t n;           /* replicas, odd, 3..CONS_REPLICAS_MAX */
+    uint32_t id;          /* this replica, 0..n-1 */
+    uint32_t log_cap;     /* in-memory log slots, power of two, 8..CONS_LOG_CAP_MAX */
+    uint32_t window;      /* unchosen slots in flight, 1..log_cap/4 */
+    uint32_t batch_max;   /* ops per slot, 1..CONS_BATCH_MAX */
+    uint32_t pending_max; /* client requests queued at the leader, 1..65536 */
+    uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
+    size_t snapshot_max;  /* bytes for a state machine snapshot */
+    size_t arena_bytes;   /* outbox arena, >= 64 KiB */
+    uint64_t tick_ns;     /* how often the driver ticks (informational) */
+    uint64_t heartbeat_ns;
+    uint64_t election_ns; /* timeout drawn from [election_ns, 2*election_ns) */
+    uint64_t seed;        /* election jitter and recovery nonce; fresh per incarnation */
+    uint32_t bugs;        /* enum mpx_bug; 0 in production */
+};
+
+enum mpx_role { MPX_FOLLOWER = 1, MPX_CANDIDATE = 2, MPX_LEADER = 3, MPX_RECOVERING = 4 };
+
+enum mpx_start_mode {
+    MPX_START_FRESH = 1,    /* a member of a brand-new group: empty state is the truth */
+    MPX_START_RESTORED = 2, /* state came back through mpx_restore_* */
+    MPX_START_EMPTY = 3,    /* lost its disk: recover from the others */
+};
+
+struct mpx_status {
+    uint8_t role;
+    uint64_t promised; /* highest ballot promised */
+    uint32_t leader;   /* believed leader id, or UINT32_MAX */
+    uint64_t commit;   /* every slot <= commit is chosen here */
+    uint64_t applied;  /* every slot <= applied is applied here */
+    uint64_t snap_index;
+    uint64_t last;    /* highest slot holding an entry */
+    uint64_t dropped; /* outbox messages dropped (full) */
+};
+
+struct mpx;
+
+/* Creates a replica. sm is borrowed for the replica's lifetime. Allocates
+ * everything the replica will ever use; the arithmetic is in mpx.c. On
+ * failure returns NULL and sets *err to FK_EINVAL (bad config) or
+ * FK_ENOMEM. The replica does nothing until mpx_start. */
+struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err);
+void mpx_destroy(struct mpx *r);
+
+/* Restore persisted records before mpx_start(MPX_START_RESTORED), in any
+ * order. buf is the bytes of a persist item of that kind, borrowed for the
+ * call. FK_EMALFORMED on bad bytes, FK_EINVAL after start or for an entry
+ * outside the restorable window (older than the snapshot is ignored: 0). */
+int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len);
+int mpx_restore_snapshot(struct mpx *r, const uint8_t *buf, size_t len);
+int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len);
+
+/* Starts the replica at time now; may fill the outbox (*out). FK_EINVAL if
+ * started twice or RESTORED without a META record. */
+int mpx_start(struct mpx *r, enum mpx_start_mode mode, uint64_t now, struct cons_outbox **out);
+
+/* Feeds one input at time now (monotonic ns) and returns the outbox in *out
+ * (valid until the next call). Returns 0; FK_EMALFORMED for a message that
+ * failed to decode (ignored, nothing changed); FK_EINVAL for a misuse (not
+ * started, persisted cookie never issued); FK_EPOISONED once a state
+ * machine or persistence failure poisoned the replica (every later call
+ * returns it too). */
+int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out);
+
+/* Asserts the replica's internal invariants (aborts on violation). */
+void mpx_invariants(const struct mpx *r);
+void mpx_status(const struct mpx *r, struct mpx_status *st);
+/* For cross-replica checks: if slot `index` is chosen here and still in
+ * memory, sets *hash to a hash of its operations and returns 1; else 0. */
+int mpx_chosen_hash(const struct mpx *r, uint64_t index, uint64_t *hash);
+
+/* Client side (pure helpers for libflowkv and the simulator). */
+/* Encodes a request for op into buf; returns its length or FK_ETOOBIG. */
+int mpx_encode_request(uint8_t *buf, size_t cap, const struct cons_op *op);
+/* Decodes a reply message. *leader_hint is the replica the sender believes
+ * leads (UINT32_MAX if unknown); reply->status FK_ENOTLEADER means "ask
+ * another replica". FK_EMALFORMED for anything else. */
+int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply,
+                     uint32_t *leader_hint);
+
+#endif /* MPX_H */

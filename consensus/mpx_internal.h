@@ -1,0 +1,173 @@
+/*
+ * mpx_internal.h: Multi-Paxos replica internals shared by mpx*.c. Not a
+ * public header: the server and simulator use mpx.h only.
+ */
+#ifndef MPX_INTERNAL_H
+#define MPX_INTERNAL_H
+
+#include "cons.h"
+#include "cons_wire.h"
+#include "mpx.h"
+
+#include <stdint.h>
+
+enum mpx_type {
+    MPX_REQUEST = 1,        /* client -> replica: body op */
+    MPX_REPLY = 2,          /* replica -> client: u32 leader hint, reply */
+    MPX_PREVOTE = 3,        /* term = ballot the sender would use; u64 commit */
+    MPX_PREVOTE_OK = 4,     /* term = that ballot; u8 granted */
+    MPX_PREPARE = 5,        /* term = ballot; u64 from_index */
+    MPX_PROMISE = 6,        /* term = ballot; u64 snap_index, u64 commit, entries */
+    MPX_NACK = 7,           /* term = the sender's promised ballot */
+    MPX_ACCEPT = 8,         /* term = ballot; u64 commit, entries */
+    MPX_ACCEPTED = 9,       /* term = ballot; u32 n, u64 index[n] */
+    MPX_COMMIT = 10,        /* term = ballot; u64 commit (the heartbeat) */
+    MPX_CATCHUP_REQ = 11,   /* u64 from_index */
+    MPX_CATCHUP = 12,       /* u64 commit, entries (all chosen) */
+    MPX_SNAPSHOT = 13,      /* snapshot blob */
+    MPX_RECOVER = 14,       /* u64 nonce */
+    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, snapshot blob, entries */
+    MPX__TYPES
+};
+
+/* Entries in one ACCEPT/CATCHUP/PROMISE message: a bound on message size. */
+#define MPX_MSG_ENTRIES 16
+/* Indexes in one ACCEPTED message. */
+#define MPX_ACK_IDX_MAX 64
+/* Persists awaiting durability whose acknowledgement is held back. */
+#define MPX_HELD_MAX 256
+_Static_assert(MPX_ACK_IDX_MAX <= 255, "ack count fits a byte of headroom");
+
+/* A decoded, fully validated message. Variable parts stay in the input
+ * buffer; `ents` re-reads them (validation already passed). */
+struct mpx_msg {
+    uint8_t type;
+    uint32_t from;
+    uint64_t term;
+    uint64_t u1, u2; /* per type: see enum mpx_type */
+    uint32_t nents;
+    struct cons_rbuf ents; /* PROMISE, ACCEPT, CATCHUP, RECOVER_REPLY */
+    const uint8_t *snap;   /* SNAPSHOT, RECOVER_REPLY: snapshot blob */
+    uint32_t snap_len;
+    uint32_t nidx; /* ACCEPTED */
+    const uint8_t *idx;
+    uint32_t hint; /* REPLY */
+};
+
+/* One log slot. The ring holds index i at slots[i & (log_cap - 1)]. */
+struct mpx_slot {
+    uint64_t index;  /* 0 = empty */
+    uint64_t ballot; /* ballot of the accepted (or merged) value */
+    uint64_t acks;   /* leader: replicas that durably accepted at my ballot */
+    uint64_t sent_ns;
+    uint8_t chosen;
+    uint8_t nops;
+    struct cons_op *ops; /* batch_max ops, preallocated */
+};
+
+/* An acknowledgement released once persist `cookie` is durable. */
+struct mpx_held {
+    uint64_t cookie;
+    uint8_t type; /* MPX_PROMISE or MPX_ACCEPTED */
+    uint32_t to;
+    uint64_t ballot;
+    uint64_t index; /* ACCEPTED: the slot; PROMISE: from_index */
+};
+
+struct mpx {
+    struct mpx_config cfg;
+    struct cons_sm sm;
+    struct cons_ctab ctab;
+    uint32_t f;
+    uint8_t role, started, poisoned;
+    uint64_t rng;
+
+    /* Acceptor state (META is promised). */
+    uint64_t promised, max_seen;
+    uint32_t leader;
+    uint64_t commit, applied, snap_index, last;
+    struct mpx_slot *slots;
+    struct cons_op *op_pool;
+
+    /* Persistence. */
+    uint64_t next_cookie, durable;
+    struct mpx_held held[MPX_HELD_MAX];
+    uint32_t held_head, held_n;
+    uint8_t meta_seen;
+
+    /* Timers. */
+    uint64_t now, last_heard, election_deadline, next_heartbeat, catchup_sent;
+
+    /* Candidate and leader. */
+    uint64_t votes, promises, cand_since;
+    uint64_t next_index; /* leader: next slot to propose */
+    struct cons_op *pending;
+    uint32_t pend_head, pend_n;
+
+    /* Recovery. */
+    uint64_t nonce, rec_from;
+    uint32_t rec_n;
+    uint64_t rec_promised, rec_snap_index;
+    uint8_t *rec_snap;
+    size_t rec_snap_len;
+
+    /* Buffers. */
+    uint8_t *snap_buf;
+    size_t snap_cap;
+    struct cons_reply reply;
+    struct cons_op scratch_op;
+    struct cons_op *scratch_batch; /* batch_max ops for entries we skip */
+    uint64_t prevote_ballot;       /* nonzero while a pre-vote runs */
+    uint64_t rec_wait;             /* recovery: cookie of the final META */
+    struct cons_outbox ob;
+};
+
+/* mpx_msg.c */
+/* Decodes and fully validates a message; batches above max_batch ops are
+ * malformed. op receives a REQUEST's operation. */
+int mpx__decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons_op *op,
+                uint32_t max_batch);
+/* Reads one entry into ops[0..max_ops). */
+int mpx__entry_next(struct cons_rbuf *r, uint64_t *index, uint64_t *ballot, uint8_t *nops,
+                    struct cons_op *ops, uint32_t max_ops);
+void mpx__put_entry(struct cons_wbuf *w, const struct mpx_slot *s);
+/* Starts a message in the outbox arena. */
+void mpx__begin(struct mpx *r, struct cons_wbuf *w, uint8_t type, uint64_t term);
+/* Finishes and queues it to `to` (dropped when it does not fit). */
+void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to);
+void mpx__send_simple(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1);
+void mpx__send_entries(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1,
+                       uint64_t lo, uint64_t hi, int chosen_only);
+void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
+
+/* mpx.c helpers used by mpx_msg.c / mpx_recover.c */
+struct mpx_slot *mpx__slot(struct mpx *r, uint64_t index);
+const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index);
+int mpx__snapshot(struct mpx *r, size_t *len);
+int mpx__install(struct mpx *r, const uint8_t *blob, size_t len, uint64_t *index);
+void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s);
+void mpx__persist_meta(struct mpx *r);
+void mpx__persist_snapshot(struct mpx *r, size_t len);
+void mpx__apply_committed(struct mpx *r);
+void mpx__become_follower(struct mpx *r);
+uint64_t mpx__rand(struct mpx *r);
+
+/* mpx_paxos.c */
+void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op *op,
+                   const struct cons_input *in);
+void mpx__tick(struct mpx *r);
+void mpx__release_held(struct mpx *r);
+void mpx__hold(struct mpx *r, uint8_t type, uint32_t to, uint64_t ballot, uint64_t index);
+void mpx__reset_election(struct mpx *r);
+/* Decodes the next entry of m into slot s (when s) or skips it. */
+void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s);
+void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ballot);
+void mpx__learn_commit(struct mpx *r, uint64_t ballot, uint64_t commit, uint32_t from);
+
+/* mpx_recover.c */
+void mpx__recover_start(struct mpx *r);
+void mpx__recover_tick(struct mpx *r);
+void mpx__on_recover(struct mpx *r, const struct mpx_msg *m);
+void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m);
+
+#endif /* MPX_INTERNAL_H */

@@ -1,0 +1,235 @@
+/* mpx_msg.c: Multi-Paxos wire messages: validation-first decoding and the
+ * encoders the replica uses to fill its outbox. Layouts: mpx_internal.h
+ * (enum mpx_type); an entry is u64 index, u64 ballot, u8 nops, nops ops. */
+#include "mpx_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <string.h>
+
+/* Validates `n` entries at r without copying; FK_EMALFORMED on any flaw. */
+static int check_entries(struct cons_rbuf *r, uint32_t n, uint32_t max_batch)
+{
+    if (n > CONS_LOG_CAP_MAX)
+        return FK_EMALFORMED;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t index = cons_r_u64(r);
+        cons_r_u64(r);
+        uint8_t nops = cons_r_u8(r);
+        if (r->err || index == 0 || nops == 0 || nops > max_batch)
+            return FK_EMALFORMED;
+        for (uint8_t k = 0; k < nops; k++) {
+            if (cons_wire_skip_op(r) < 0)
+                return FK_EMALFORMED;
+        }
+    }
+    return 0;
+}
+
+/* Reads "u32 n, entries" into m->ents after validating them. */
+static int take_entries(struct cons_rbuf *r, struct mpx_msg *m, uint32_t max_batch)
+{
+    m->nents = cons_r_u32(r);
+    if (r->err)
+        return FK_EMALFORMED;
+    m->ents = *r;
+    m->ents.len = r->len;
+    if (check_entries(r, m->nents, max_batch) < 0)
+        return FK_EMALFORMED;
+    return 0;
+}
+
+/* Reads "u32 len, blob" where blob is a snapshot; bounded by the message. */
+static int take_snap(struct cons_rbuf *r, struct mpx_msg *m)
+{
+    m->snap_len = cons_r_u32(r);
+    m->snap = cons_r_bytes(r, m->snap_len);
+    return m->snap && m->snap_len >= 8 ? 0 : FK_EMALFORMED;
+}
+
+static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *op,
+                       struct cons_reply *rep, uint32_t max_batch)
+{
+    switch (m->type) {
+    case MPX_REQUEST:
+        if (!op || cons_wire_get_op(r, op) < 0 || op->type == CONS_OP_NOOP)
+            return FK_EMALFORMED;
+        return 0;
+    case MPX_REPLY:
+        m->hint = cons_r_u32(r);
+        return rep ? cons_wire_get_reply(r, rep) : FK_EMALFORMED;
+    case MPX_PREVOTE_OK:
+        m->u1 = cons_r_u8(r);
+        return m->u1 > 1 ? FK_EMALFORMED : 0;
+    case MPX_PREVOTE:
+    case MPX_PREPARE:
+    case MPX_COMMIT:
+    case MPX_CATCHUP_REQ:
+    case MPX_RECOVER:
+        m->u1 = cons_r_u64(r);
+        return 0;
+    case MPX_NACK:
+        return 0;
+    case MPX_PROMISE:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
+        return take_entries(r, m, max_batch);
+    case MPX_ACCEPT:
+    case MPX_CATCHUP:
+        m->u1 = cons_r_u64(r);
+        return take_entries(r, m, max_batch);
+    case MPX_ACCEPTED:
+        m->nidx = cons_r_u32(r);
+        if (m->nidx == 0 || m->nidx > MPX_ACK_IDX_MAX)
+            return FK_EMALFORMED;
+        m->idx = cons_r_bytes(r, (size_t)m->nidx * 8);
+        return 0;
+    case MPX_SNAPSHOT:
+        return take_snap(r, m);
+    case MPX_RECOVER_REPLY:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
+        if (take_snap(r, m) < 0)
+            return FK_EMALFORMED;
+        return take_entries(r, m, max_batch);
+    default:
+        return FK_EMALFORMED;
+    }
+}
+
+static int decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons_op *op,
+                  struct cons_reply *rep, uint32_t max_batch)
+{
+    struct cons_wire_hdr h;
+    struct cons_rbuf r;
+    memset(m, 0, sizeof *m);
+    if (cons_wire_open(buf, len, CONS_PROTO_MPX, MPX__TYPES, &h, &r) < 0)
+        return FK_EMALFORMED;
+    m->type = h.type;
+    m->from = h.from;
+    m->term = h.term;
+    if (decode_body(&r, m, op, rep, max_batch) < 0 || cons_r_done(&r) < 0)
+        return FK_EMALFORMED;
+    if ((m->type == MPX_REQUEST) != (h.from == CONS_FROM_CLIENT))
+        return FK_EMALFORMED;
+    return 0;
+}
+
+int mpx__decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons_op *op,
+                uint32_t max_batch)
+{
+    return decode(buf, len, m, op, NULL, max_batch);
+}
+
+int mpx__entry_next(struct cons_rbuf *r, uint64_t *index, uint64_t *ballot, uint8_t *nops,
+                    struct cons_op *ops, uint32_t max_ops)
+{
+    *index = cons_r_u64(r);
+    *ballot = cons_r_u64(r);
+    *nops = cons_r_u8(r);
+    if (r->err || *index == 0 || *nops == 0 || *nops > max_ops)
+        return FK_EMALFORMED;
+    for (uint8_t k = 0; k < *nops; k++) {
+        if (cons_wire_get_op(r, &ops[k]) < 0)
+            return FK_EMALFORMED;
+    }
+    return 0;
+}
+
+void mpx__put_entry(struct cons_wbuf *w, const struct mpx_slot *s)
+{
+    assert(s->index != 0 && s->nops >= 1);
+    cons_w_u64(w, s->index);
+    cons_w_u64(w, s->ballot);
+    cons_w_u8(w, s->nops);
+    for (uint8_t k = 0; k < s->nops; k++)
+        cons_wire_put_op(w, &s->ops[k]);
+}
+
+void mpx__begin(struct mpx *r, struct cons_wbuf *w, uint8_t type, uint64_t term)
+{
+    size_t room = r->ob.arena_cap - r->ob.arena_used;
+    if (room > CONS_MSG_MAX)
+        room = CONS_MSG_MAX;
+    cons_wbuf_init(w, r->ob.arena + r->ob.arena_used, room);
+    cons_wire_begin(w, CONS_PROTO_MPX, type, r->cfg.id, term);
+}
+
+void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to)
+{
+    int len = cons_wire_finish(w);
+    if (len < 0) {
+        r->ob.dropped++; /* arena full: like a lost message */
+        return;
+    }
+    cons_outbox_msg(&r->ob, to, w->p, (uint32_t)len);
+}
+
+void mpx__send_simple(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1)
+{
+    struct cons_wbuf w;
+    mpx__begin(r, &w, type, term);
+    if (type == MPX_PREVOTE_OK)
+        cons_w_u8(&w, (uint8_t)u1);
+    else if (type != MPX_NACK)
+        cons_w_u64(&w, u1);
+    mpx__send(r, &w, cons_replica(to));
+}
+
+/* Sends the slots in [lo, hi] that hold entries (only chosen ones when
+ * chosen_only), at most MPX_MSG_ENTRIES of them. Layout: u64 u1 then
+ * "u32 n, entries"; PROMISE callers write their second field via u1 too. */
+void mpx__send_entries(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1,
+                       uint64_t lo, uint64_t hi, int chosen_only)
+{
+    struct cons_wbuf w;
+    mpx__begin(r, &w, type, term);
+    if (type == MPX_PROMISE)
+        cons_w_u64(&w, r->snap_index);
+    cons_w_u64(&w, u1);
+    size_t count_at = w.len;
+    cons_w_u32(&w, 0);
+    uint32_t n = 0;
+    /* A promise carries the whole suffix (at most log_cap entries, sized in
+     * mpx_create); other messages a bounded chunk. */
+    uint32_t max = type == MPX_PROMISE ? r->cfg.log_cap : MPX_MSG_ENTRIES;
+    for (uint64_t i = lo; i <= hi && n < max; i++) {
+        const struct mpx_slot *s = mpx__cslot(r, i);
+        if (!s || (chosen_only && !s->chosen))
+            continue;
+        mpx__put_entry(&w, s);
+        n++;
+    }
+    if (!w.err)
+        memcpy(w.p + count_at, &n, sizeof n);
+    mpx__send(r, &w, cons_replica(to));
+}
+
+void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep)
+{
+    struct cons_wbuf w;
+    mpx__begin(r, &w, MPX_REPLY, r->promised);
+    cons_w_u32(&w, r->leader);
+    cons_wire_put_reply(&w, rep);
+    mpx__send(r, &w, cons_client(client));
+}
+
+int mpx_encode_request(uint8_t *buf, size_t cap, const struct cons_op *op)
+{
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, cap);
+    cons_wire_begin(&w, CONS_PROTO_MPX, MPX_REQUEST, CONS_FROM_CLIENT, 0);
+    cons_wire_put_op(&w, op);
+    return cons_wire_finish(&w);
+}
+
+int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply,
+                     uint32_t *leader_hint)
+{
+    struct mpx_msg m;
+    if (decode(buf, len, &m, NULL, reply, CONS_BATCH_MAX) < 0 || m.type != MPX_REPLY)
+        return FK_EMALFORMED;
+    *leader_hint = m.hint;
+    return 0;
+}

@@ -1,0 +1,694 @@
+/* mpx_paxos.c: Multi-Paxos message handlers and timers: pre-vote, phase 1
+ * (PREPARE/PROMISE over the unchosen suffix), phase 2 (ACCEPT/ACCEPTED,
+ * pipelined and batched), commit notification, catch-up and client
+ * requests. "Paxos Made Simple" section 3 is the reference throughout. */
+#include "mpx_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <string.h>
+
+static uint32_t popcount(uint64_t x)
+{
+    return (uint32_t)__builtin_popcountll(x);
+}
+
+static uint32_t ballot_owner(uint64_t b)
+{
+    return (uint32_t)(b & 0xff);
+}
+
+void mpx__reset_election(struct mpx *r)
+{
+    r->election_deadline = r->now + r->cfg.election_ns + mpx__rand(r) % r->cfg.election_ns;
+}
+
+/* Any role -> follower. The pending queue goes: clients retry elsewhere. */
+void mpx__become_follower(struct mpx *r)
+{
+    assert(r->role != MPX_RECOVERING);
+    if (r->role == MPX_LEADER || r->role == MPX_CANDIDATE) {
+        for (uint32_t k = 0; k < r->cfg.log_cap; k++)
+            r->slots[k].acks = 0;
+    }
+    r->role = MPX_FOLLOWER;
+    r->pend_n = 0;
+    r->prevote_ballot = 0;
+    mpx__reset_election(r);
+}
+
+/* ---- durability-gated acknowledgements ---------------------------------- */
+
+/* Queues an acknowledgement released once everything persisted so far is
+ * durable. A full queue drops it, which the sender's retry covers. */
+void mpx__hold(struct mpx *r, uint8_t type, uint32_t to, uint64_t ballot, uint64_t index)
+{
+    if (r->held_n >= MPX_HELD_MAX)
+        return;
+    struct mpx_held *h = &r->held[(r->held_head + r->held_n) % MPX_HELD_MAX];
+    h->cookie = r->next_cookie;
+    h->type = type;
+    h->to = to;
+    h->ballot = ballot;
+    h->index = index;
+    r->held_n++;
+    if (h->cookie <= r->durable)
+        mpx__release_held(r);
+}
+
+static void count_ack(struct mpx *r, uint32_t from, uint64_t ballot, uint64_t index);
+static void count_promise(struct mpx *r, uint32_t from);
+static void advance_commit(struct mpx *r);
+
+static void release_one(struct mpx *r, const struct mpx_held *h, uint64_t *idx, uint32_t *n)
+{
+    if (h->type == MPX_PROMISE) {
+        if (h->ballot != r->promised)
+            return; /* superseded: a newer promise replaced it */
+        if (h->to == r->cfg.id)
+            count_promise(r, h->to);
+        else
+            mpx__send_entries(r, h->to, MPX_PROMISE, h->ballot, r->commit, h->index, r->last, 0);
+        return;
+    }
+    const struct mpx_slot *s = mpx__cslot(r, h->index);
+    if (h->index > r->commit && (!s || s->ballot != h->ballot))
+        return; /* overwritten by a later ballot: this ack would be stale */
+    if (h->to == r->cfg.id)
+        count_ack(r, h->to, h->ballot, h->index);
+    else
+        idx[(*n)++] = h->index;
+}
+
+void mpx__release_held(struct mpx *r)
+{
+    uint64_t idx[MPX_ACK_IDX_MAX];
+    uint32_t n = 0, to = 0;
+    uint64_t ballot = 0;
+    while (r->held_n && r->held[r->held_head].cookie <= r->durable) {
+        struct mpx_held h = r->held[r->held_head];
+        r->held_head = (r->held_head + 1) % MPX_HELD_MAX;
+        r->held_n--;
+        /* Coalesce consecutive ACCEPTED to one (leader, ballot). */
+        if (n &&
+            (h.type != MPX_ACCEPTED || h.to != to || h.ballot != ballot || n == MPX_ACK_IDX_MAX)) {
+            struct cons_wbuf w;
+            mpx__begin(r, &w, MPX_ACCEPTED, ballot);
+            cons_w_u32(&w, n);
+            cons_w_bytes(&w, idx, (size_t)n * 8);
+            mpx__send(r, &w, cons_replica(to));
+            n = 0;
+        }
+        to = h.to;
+        ballot = h.ballot;
+        release_one(r, &h, idx, &n);
+    }
+    if (n) {
+        struct cons_wbuf w;
+        mpx__begin(r, &w, MPX_ACCEPTED, ballot);
+        cons_w_u32(&w, n);
+        cons_w_bytes(&w, idx, (size_t)n * 8);
+        mpx__send(r, &w, cons_replica(to));
+    }
+}
+
+/* ---- entries in messages --------------------------------------------------- */
+
+void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ballot)
+{
+    struct cons_rbuf p = *rd;
+    *index = cons_r_u64(&p);
+    *ballot = cons_r_u64(&p);
+}
+
+void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
+{
+    uint64_t index, ballot;
+    uint8_t nops;
+    int rc = mpx__entry_next(rd, &index, &ballot, &nops, s ? s->ops : r->scratch_batch,
+                             r->cfg.batch_max);
+    assert(rc == 0); /* validated by mpx__decode */
+    if (!s)
+        return;
+    s->index = index;
+    s->ballot = ballot;
+    s->nops = nops;
+    s->acks = 0;
+    s->chosen = 0;
+    if (r->last < index)
+        r->last = index;
+}
+
+/* ---- elections: pre-vote, phase 1 --------------------------------------- */
+
+static uint64_t next_ballot(const struct mpx *r)
+{
+    uint64_t top = r->promised > r->max_seen ? r->promised : r->max_seen;
+    return ((top >> 8) + 1) << 8 | r->cfg.id;
+}
+
+static void start_prevote(struct mpx *r)
+{
+    r->prevote_ballot = next_ballot(r);
+    r->votes = 1ull << r->cfg.id;
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            mpx__send_simple(r, p, MPX_PREVOTE, r->prevote_ballot, r->commit);
+    }
+    mpx__reset_election(r);
+}
+
+static void start_phase1(struct mpx *r)
+{
+    assert(r->role == MPX_FOLLOWER);
+    r->role = MPX_CANDIDATE;
+    r->promised = next_ballot(r);
+    r->leader = UINT32_MAX;
+    r->promises = 0;
+    r->prevote_ballot = 0;
+    r->cand_since = r->now;
+    mpx__persist_meta(r);
+    mpx__hold(r, MPX_PROMISE, r->cfg.id, r->promised, r->commit + 1);
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            mpx__send_simple(r, p, MPX_PREPARE, r->promised, r->commit + 1);
+    }
+}
+
+/* A peer grants a pre-vote only if it has not heard a leader for a whole
+ * election timeout itself: a replica that still hears a leader never helps
+ * an election (damping; no ballot inflation by a partitioned replica). */
+static void on_prevote(struct mpx *r, const struct mpx_msg *m)
+{
+    int grant = r->role != MPX_LEADER && r->now - r->last_heard >= r->cfg.election_ns;
+    mpx__send_simple(r, m->from, MPX_PREVOTE_OK, m->term, (uint64_t)grant);
+}
+
+static void on_prevote_ok(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->role != MPX_FOLLOWER || !r->prevote_ballot || m->term != r->prevote_ballot || !m->u1)
+        return;
+    r->votes |= 1ull << m->from;
+    if (popcount(r->votes) >= r->f + 1)
+        start_phase1(r);
+}
+
+/* PREPARE(b, from): promise if b is the highest ballot seen; the promise
+ * (with every accepted entry from `from` on) leaves once durable. */
+static void on_prepare(struct mpx *r, const struct mpx_msg *m)
+{
+    if (m->term > r->max_seen)
+        r->max_seen = m->term;
+    if (m->term < r->promised || (m->term == r->promised && ballot_owner(m->term) != m->from)) {
+        mpx__send_simple(r, m->from, MPX_NACK, r->promised, 0);
+        return;
+    }
+    if (m->term > r->promised) {
+        if (r->role != MPX_FOLLOWER)
+            mpx__become_follower(r);
+        r->promised = m->term;
+        r->leader = UINT32_MAX;
+        mpx__persist_meta(r);
+    }
+    r->last_heard = r->now;
+    mpx__reset_election(r);
+    mpx__hold(r, MPX_PROMISE, m->from, m->term, m->u1);
+}
+
+static void send_accepts(struct mpx *r, uint32_t to, int force);
+
+static void become_leader(struct mpx *r)
+{
+    assert(r->role == MPX_CANDIDATE && ballot_owner(r->promised) == r->cfg.id);
+    r->role = MPX_LEADER;
+    r->leader = r->cfg.id;
+    r->next_index = r->last + 1;
+    if (r->next_index > r->snap_index + r->cfg.log_cap + 1)
+        r->next_index = r->snap_index + r->cfg.log_cap + 1;
+    /* Re-propose the whole suffix at my ballot: the merged highest-ballot
+     * value where one was reported, a NO-OP in every hole. */
+    for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
+        struct mpx_slot *s = mpx__slot(r, i);
+        assert(s != NULL);
+        if (s->index != i) {
+            memset(&s->ops[0], 0, sizeof s->ops[0]);
+            s->ops[0].type = CONS_OP_NOOP;
+            s->nops = 1;
+            s->index = i;
+            s->chosen = 0;
+        }
+        s->ballot = r->promised;
+        s->acks = 0;
+        s->sent_ns = r->now;
+        mpx__persist_entry(r, s);
+        mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, i);
+    }
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id) {
+            send_accepts(r, p, 1);
+            mpx__send_simple(r, p, MPX_COMMIT, r->promised, r->commit);
+        }
+    }
+    r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
+}
+
+static void count_promise(struct mpx *r, uint32_t from)
+{
+    if (r->role != MPX_CANDIDATE)
+        return;
+    r->promises |= 1ull << from;
+    if (popcount(r->promises) >= r->f + 1)
+        become_leader(r);
+}
+
+/* Gives up an election this replica cannot win safely yet (it lacks chosen
+ * entries a peer compacted or holds beyond this log's window) and fetches
+ * them first. */
+static void abort_for_catchup(struct mpx *r, uint32_t from)
+{
+    mpx__become_follower(r);
+    mpx__send_simple(r, from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+}
+
+static void on_promise(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->role != MPX_CANDIDATE || m->term != r->promised || (r->promises >> m->from & 1))
+        return;
+    if (m->u1 > r->commit) {
+        abort_for_catchup(r, m->from);
+        return;
+    }
+    struct cons_rbuf rd = m->ents;
+    for (uint32_t e = 0; e < m->nents; e++) {
+        uint64_t index, ballot;
+        mpx__entry_peek(&rd, &index, &ballot);
+        struct mpx_slot *s = mpx__slot(r, index);
+        if (index > r->commit && !s) {
+            abort_for_catchup(r, m->from);
+            return;
+        }
+        /* Phase 1 rule: keep the value of the highest ballot per slot. */
+        int take = index > r->commit && (s->index != index || s->ballot < ballot);
+        mpx__entry_into(r, &rd, take ? s : NULL);
+    }
+    count_promise(r, m->from);
+}
+
+static void on_nack(struct mpx *r, const struct mpx_msg *m)
+{
+    if (m->term > r->max_seen)
+        r->max_seen = m->term;
+    if (m->term > r->promised && (r->role == MPX_LEADER || r->role == MPX_CANDIDATE))
+        mpx__become_follower(r);
+}
+
+/* ---- phase 2 --------------------------------------------------------------- */
+
+/* Sends `to` the unchosen slots it has not acknowledged (all of them when
+ * force, else those not sent for two heartbeats), MPX_MSG_ENTRIES per
+ * message: the retransmission that makes phase 2 survive loss. */
+static void send_accepts(struct mpx *r, uint32_t to, int force)
+{
+    uint64_t i = r->commit + 1;
+    while (i < r->next_index) {
+        struct cons_wbuf w;
+        mpx__begin(r, &w, MPX_ACCEPT, r->promised);
+        cons_w_u64(&w, r->commit);
+        size_t count_at = w.len;
+        cons_w_u32(&w, 0);
+        uint32_t n = 0;
+        for (; i < r->next_index && n < MPX_MSG_ENTRIES; i++) {
+            const struct mpx_slot *s = mpx__cslot(r, i);
+            assert(s != NULL);
+            if (s->chosen || (s->acks >> to & 1) ||
+                (!force && r->now - s->sent_ns < 2 * r->cfg.heartbeat_ns))
+                continue;
+            mpx__put_entry(&w, s);
+            n++;
+        }
+        if (n == 0)
+            continue;
+        if (!w.err)
+            memcpy(w.p + count_at, &n, sizeof n);
+        mpx__send(r, &w, cons_replica(to));
+    }
+}
+
+static void advance_commit(struct mpx *r)
+{
+    uint64_t limit = r->snap_index + r->cfg.log_cap;
+    while (r->commit < limit) {
+        const struct mpx_slot *s = mpx__cslot(r, r->commit + 1);
+        if (!s || !s->chosen)
+            break;
+        r->commit++;
+    }
+    mpx__apply_committed(r);
+}
+
+static void count_ack(struct mpx *r, uint32_t from, uint64_t ballot, uint64_t index)
+{
+    if (r->role != MPX_LEADER || ballot != r->promised)
+        return;
+    struct mpx_slot *s = mpx__slot(r, index);
+    if (!s || s->index != index || s->ballot != ballot || s->chosen)
+        return;
+    s->acks |= 1ull << from;
+    if (popcount(s->acks) >= r->f + 1)
+        s->chosen = 1;
+    advance_commit(r);
+}
+
+/* Turns queued client requests into new slots while the window allows. */
+static void propose(struct mpx *r)
+{
+    while (r->role == MPX_LEADER && r->pend_n > 0 &&
+           r->next_index <= r->snap_index + r->cfg.log_cap &&
+           r->next_index - r->commit <= r->cfg.window) {
+        struct mpx_slot *s = mpx__slot(r, r->next_index);
+        assert(s && s->index == 0);
+        s->nops = 0;
+        while (r->pend_n > 0 && s->nops < r->cfg.batch_max) {
+            s->ops[s->nops++] = r->pending[r->pend_head];
+            r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
+            r->pend_n--;
+        }
+        s->index = r->next_index++;
+        s->ballot = r->promised;
+        s->acks = 0;
+        s->chosen = 0;
+        s->sent_ns = r->now;
+        if (r->last < s->index)
+            r->last = s->index;
+        mpx__persist_entry(r, s);
+        mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, s->index);
+        for (uint32_t p = 0; p < r->cfg.n; p++) {
+            if (p != r->cfg.id)
+                mpx__send_entries(r, p, MPX_ACCEPT, r->promised, r->commit, s->index, s->index, 0);
+        }
+    }
+}
+
+/* Accepts a higher or equal ballot's leader: the promise rises (durably,
+ * before any acknowledgement) and this replica follows it. */
+static int follow(struct mpx *r, uint64_t ballot, uint32_t from)
+{
+    if (ballot > r->max_seen)
+        r->max_seen = ballot;
+    if (ballot < r->promised || ballot_owner(ballot) != from) {
+        mpx__send_simple(r, from, MPX_NACK, r->promised, 0);
+        return 0;
+    }
+    if (ballot > r->promised) {
+        if (r->role != MPX_FOLLOWER)
+            mpx__become_follower(r);
+        r->promised = ballot;
+        mpx__persist_meta(r);
+    }
+    if (r->role != MPX_FOLLOWER)
+        return 0; /* my own ballot, echoed: ignore */
+    r->leader = from;
+    r->last_heard = r->now;
+    r->prevote_ballot = 0;
+    mpx__reset_election(r);
+    return 1;
+}
+
+static void on_accept(struct mpx *r, const struct mpx_msg *m)
+{
+    if (!follow(r, m->term, m->from))
+        return;
+    struct cons_rbuf rd = m->ents;
+    for (uint32_t e = 0; e < m->nents; e++) {
+        uint64_t index, ballot;
+        mpx__entry_peek(&rd, &index, &ballot);
+        struct mpx_slot *s = mpx__slot(r, index);
+        if (index <= r->commit) {
+            /* Chosen here already: the leader's value is the same, so the
+             * acknowledgement is true without writing anything. */
+            mpx__entry_into(r, &rd, NULL);
+            mpx__hold(r, MPX_ACCEPTED, m->from, m->term, index);
+            continue;
+        }
+        if (!s) {
+            mpx__entry_into(r, &rd, NULL); /* beyond my window: catch up first */
+            continue;
+        }
+        if (s->index == index && s->ballot == m->term) {
+            mpx__entry_into(r, &rd, NULL); /* a retransmission */
+        } else {
+            mpx__entry_into(r, &rd, s);
+            s->ballot = m->term;
+            mpx__persist_entry(r, s);
+            if (r->cfg.bugs & MPX_BUG_APPLY_UNCOMMITTED)
+                s->chosen = 1;
+        }
+        mpx__hold(r, MPX_ACCEPTED, m->from, m->term, index);
+    }
+    mpx__learn_commit(r, m->term, m->u1, m->from);
+}
+
+static void on_accepted(struct mpx *r, const struct mpx_msg *m)
+{
+    for (uint32_t k = 0; k < m->nidx; k++) {
+        uint64_t index;
+        memcpy(&index, m->idx + 8 * k, sizeof index);
+        count_ack(r, m->from, m->term, index);
+    }
+    propose(r);
+}
+
+/* Commit notification: a slot holding the leader's ballot holds the
+ * leader's value, which is chosen if the leader says its commit passed it.
+ * Slots with another ballot are fetched (CATCHUP_REQ), at most once per
+ * heartbeat. */
+void mpx__learn_commit(struct mpx *r, uint64_t ballot, uint64_t commit, uint32_t from)
+{
+    uint64_t top =
+        commit < r->snap_index + r->cfg.log_cap ? commit : r->snap_index + r->cfg.log_cap;
+    for (uint64_t i = r->commit + 1; i <= top; i++) {
+        struct mpx_slot *s = mpx__slot(r, i);
+        if (s && s->index == i && s->ballot == ballot)
+            s->chosen = 1;
+    }
+    advance_commit(r);
+    if (r->commit < commit && r->now - r->catchup_sent >= r->cfg.heartbeat_ns) {
+        r->catchup_sent = r->now;
+        mpx__send_simple(r, from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+    }
+}
+
+static void on_commit(struct mpx *r, const struct mpx_msg *m)
+{
+    if (follow(r, m->term, m->from))
+        mpx__learn_commit(r, m->term, m->u1, m->from);
+}
+
+/* ---- catch-up: any replica serves chosen entries or its snapshot -------- */
+
+static void on_catchup_req(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->role == MPX_RECOVERING || m->u1 == 0 || m->u1 > r->commit)
+        return;
+    if (m->u1 <= r->snap_index) {
+        size_t len;
+        if (mpx__snapshot(r, &len) < 0)
+            return;
+        struct cons_wbuf w;
+        mpx__begin(r, &w, MPX_SNAPSHOT, r->promised);
+        cons_w_u32(&w, (uint32_t)len);
+        cons_w_bytes(&w, r->snap_buf, len);
+        mpx__send(r, &w, cons_replica(m->from));
+        return;
+    }
+    mpx__send_entries(r, m->from, MPX_CATCHUP, r->promised, r->commit, m->u1, r->commit, 1);
+}
+
+static void on_catchup(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->role == MPX_LEADER || r->role == MPX_RECOVERING)
+        return;
+    struct cons_rbuf rd = m->ents;
+    for (uint32_t e = 0; e < m->nents; e++) {
+        uint64_t index, ballot;
+        mpx__entry_peek(&rd, &index, &ballot);
+        struct mpx_slot *s = mpx__slot(r, index);
+        int take = s && index > r->commit && !(s->index == index && s->chosen);
+        mpx__entry_into(r, &rd, take ? s : NULL);
+        if (take) {
+            /* Chosen values are safe to hold at any ballot >= the one that
+             * chose them; the sender's is such a ballot. */
+            s->chosen = 1;
+            mpx__persist_entry(r, s);
+        }
+    }
+    advance_commit(r);
+    if (r->commit < m->u1 && m->nents > 0)
+        mpx__send_simple(r, m->from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+}
+
+static void on_snapshot(struct mpx *r, const struct mpx_msg *m)
+{
+    uint64_t index;
+    if (r->role == MPX_LEADER || r->role == MPX_RECOVERING)
+        return;
+    if (m->snap_len > r->snap_cap || mpx__install(r, m->snap, m->snap_len, &index) <= 0)
+        return;
+    memcpy(r->snap_buf, m->snap, m->snap_len);
+    mpx__persist_snapshot(r, m->snap_len);
+    advance_commit(r);
+    mpx__send_simple(r, m->from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+}
+
+/* ---- clients ---------------------------------------------------------------- */
+
+static int in_flight(const struct mpx *r, const struct cons_op *op)
+{
+    for (uint32_t k = 0; k < r->pend_n; k++) {
+        const struct cons_op *p = &r->pending[(r->pend_head + k) % r->cfg.pending_max];
+        if (p->client_id == op->client_id && p->req_no == op->req_no)
+            return 1;
+    }
+    for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
+        const struct mpx_slot *s = mpx__cslot(r, i);
+        for (uint8_t k = 0; s && k < s->nops; k++) {
+            if (s->ops[k].client_id == op->client_id && s->ops[k].req_no == op->req_no)
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void on_request(struct mpx *r, const struct cons_op *op)
+{
+    if (r->role != MPX_LEADER) {
+        memset(&r->reply, 0, offsetof(struct cons_reply, data));
+        r->reply.client_id = op->client_id;
+        r->reply.req_no = op->req_no;
+        r->reply.status = FK_ENOTLEADER;
+        mpx__reply(r, op->client_id, &r->reply);
+        return;
+    }
+    if ((r->cfg.bugs & MPX_BUG_LOCAL_READS) && op->type == CONS_OP_GET) {
+        r->sm.ops->apply(r->sm.impl, op, &r->reply); /* planted bug: stale reads */
+        r->reply.client_id = op->client_id;
+        r->reply.req_no = op->req_no;
+        mpx__reply(r, op->client_id, &r->reply);
+        return;
+    }
+    const struct cons_ctab_row *row = cons_ctab_find(&r->ctab, op->client_id);
+    if (row && op->req_no <= row->reply.req_no) {
+        if (op->req_no == row->reply.req_no)
+            mpx__reply(r, op->client_id, &row->reply); /* exactly once: cached */
+        return;
+    }
+    if (in_flight(r, op) || r->pend_n >= r->cfg.pending_max)
+        return; /* the client retries */
+    r->pending[(r->pend_head + r->pend_n) % r->cfg.pending_max] = *op;
+    r->pend_n++;
+    propose(r);
+}
+
+/* ---- timers and dispatch ----------------------------------------------------- */
+
+void mpx__tick(struct mpx *r)
+{
+    switch (r->role) {
+    case MPX_RECOVERING:
+        mpx__recover_tick(r);
+        break;
+    case MPX_LEADER:
+        if (r->now >= r->next_heartbeat) {
+            r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
+            for (uint32_t p = 0; p < r->cfg.n; p++) {
+                if (p == r->cfg.id)
+                    continue;
+                send_accepts(r, p, 0);
+                mpx__send_simple(r, p, MPX_COMMIT, r->promised, r->commit);
+            }
+            for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
+                struct mpx_slot *s = mpx__slot(r, i);
+                if (r->now - s->sent_ns >= 2 * r->cfg.heartbeat_ns)
+                    s->sent_ns = r->now;
+            }
+        }
+        propose(r);
+        break;
+    case MPX_CANDIDATE:
+        if (r->now - r->cand_since >= r->cfg.election_ns) {
+            mpx__become_follower(r); /* lost or stalled: try again later */
+            break;
+        }
+        if (r->now >= r->next_heartbeat) {
+            r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
+            for (uint32_t p = 0; p < r->cfg.n; p++) {
+                if (p != r->cfg.id && !(r->promises >> p & 1))
+                    mpx__send_simple(r, p, MPX_PREPARE, r->promised, r->commit + 1);
+            }
+        }
+        break;
+    case MPX_FOLLOWER:
+        if (r->now >= r->election_deadline)
+            start_prevote(r);
+        break;
+    default:
+        assert(0);
+    }
+}
+
+void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op *op,
+                   const struct cons_input *in)
+{
+    (void)in;
+    if (r->role == MPX_RECOVERING) {
+        if (m->type == MPX_RECOVER_REPLY)
+            mpx__on_recover_reply(r, m);
+        else if (m->type == MPX_REQUEST)
+            on_request(r, op);
+        return;
+    }
+    switch (m->type) {
+    case MPX_REQUEST:
+        on_request(r, op);
+        break;
+    case MPX_PREVOTE:
+        on_prevote(r, m);
+        break;
+    case MPX_PREVOTE_OK:
+        on_prevote_ok(r, m);
+        break;
+    case MPX_PREPARE:
+        on_prepare(r, m);
+        break;
+    case MPX_PROMISE:
+        on_promise(r, m);
+        break;
+    case MPX_NACK:
+        on_nack(r, m);
+        break;
+    case MPX_ACCEPT:
+        on_accept(r, m);
+        break;
+    case MPX_ACCEPTED:
+        on_accepted(r, m);
+        break;
+    case MPX_COMMIT:
+        on_commit(r, m);
+        break;
+    case MPX_CATCHUP_REQ:
+        on_catchup_req(r, m);
+        break;
+    case MPX_CATCHUP:
+        on_catchup(r, m);
+        break;
+    case MPX_SNAPSHOT:
+        on_snapshot(r, m);
+        break;
+    case MPX_RECOVER:
+        mpx__on_recover(r, m);
+        break;
+    default:
+        break; /* REPLY, RECOVER_REPLY: not for a normal replica */
+    }
+}

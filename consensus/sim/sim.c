@@ -1,0 +1,843 @@
+/* sim.c: the simulated world: events, network, disks, crashes, clients,
+ * checks (see sim.h). */
+#include "sim.h"
+
+#include "fk_error.h"
+#include "kv.h"
+#include "lin.h"
+#include "mpx.h"
+#include "cons_wire.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MS ((uint64_t)1000000)
+
+/* Core configuration for every simulated replica: a small log ring so
+ * compaction, snapshot catch-up and window stalls happen often. */
+#define SIM_LOG_CAP   32
+#define SIM_TICK_NS   (5 * MS)
+#define SIM_RETRY_NS  (120 * MS)
+#define SIM_FAULT_NS  (2000 * MS)
+#define SIM_LIVE_NS   (10000 * MS)
+#define SIM_SETTLE_NS (600 * MS)
+
+enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL };
+
+struct smsg {
+    struct cons_addr from, to;
+    uint32_t len;
+    uint8_t data[];
+};
+
+struct ev {
+    uint64_t t, seq;
+    uint8_t kind;
+    uint32_t who, inc;
+    uint64_t arg;
+    struct smsg *m;
+};
+
+struct prec { /* a persist the disk has not completed */
+    uint8_t kind;
+    uint64_t cookie, index;
+    uint32_t len;
+    uint8_t *buf;
+};
+
+struct blob {
+    uint8_t *buf;
+    uint32_t len;
+    uint64_t index;
+};
+
+struct rep {
+    struct mpx *core;
+    struct kv_mem *kv;
+    int up, disk_busy, side;
+    uint32_t inc;
+    struct blob meta, snap, ents[SIM_LOG_CAP];
+    struct prec *pq;
+    size_t pq_n, pq_cap;
+    uint64_t checked;
+};
+
+struct client {
+    uint64_t id, req_no, next_val;
+    struct cons_op op;
+    int busy;
+    uint32_t target, gen, done;
+    size_t hist;
+    uint64_t seen[SIM_KEYS_MAX];
+};
+
+struct world {
+    const struct sim_opts *o;
+    struct sim_result *res;
+    uint64_t rng, now, seq;
+    struct ev *heap;
+    size_t heap_n, heap_cap;
+    uint32_t n, f, nclients, nkeys;
+    struct rep reps[CONS_REPLICAS_MAX];
+    struct client cl[SIM_CLIENTS_MAX];
+    struct lin_op *hist;
+    size_t hist_n, hist_cap;
+    uint64_t *chosen;
+    size_t chosen_cap;
+    double drop_p, dup_p;
+    uint64_t delay_max, disk_max, fault_end;
+    int partitioned, healed, failed;
+};
+
+static uint64_t rnd(struct world *w)
+{
+    uint64_t z = (w->rng += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t urange(struct world *w, uint64_t lo, uint64_t hi)
+{
+    return lo + rnd(w) % (hi - lo + 1);
+}
+
+static double ufrac(struct world *w)
+{
+    return (double)(rnd(w) >> 11) / 9007199254740992.0;
+}
+
+static void fail(struct world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct world *w, const char *fmt, ...)
+{
+    if (w->failed)
+        return;
+    w->failed = 1;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = snprintf(w->res->why, sizeof w->res->why, "t=%" PRIu64 "ms: ", w->now / MS);
+    vsnprintf(w->res->why + k, sizeof w->res->why - (size_t)k, fmt, ap);
+    va_end(ap);
+}
+
+static void say(struct world *w, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(struct world *w, int level, const char *fmt, ...)
+{
+    if (w->o->verbose < level)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("[%8.3f ms] ", (double)w->now / MS);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* ---- the event heap, ordered by (t, seq) ------------------------------- */
+
+static int ev_less(const struct ev *a, const struct ev *b)
+{
+    return a->t < b->t || (a->t == b->t && a->seq < b->seq);
+}
+
+static void push(struct world *w, struct ev e)
+{
+    if (w->heap_n == w->heap_cap) {
+        size_t cap = w->heap_cap ? 2 * w->heap_cap : 1024;
+        struct ev *h = realloc(w->heap, cap * sizeof *h);
+        if (!h)
+            abort(); /* the simulator is a test tool; out of memory ends it */
+        w->heap = h;
+        w->heap_cap = cap;
+    }
+    e.seq = w->seq++;
+    size_t i = w->heap_n++;
+    while (i > 0 && ev_less(&e, &w->heap[(i - 1) / 2])) {
+        w->heap[i] = w->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    w->heap[i] = e;
+}
+
+static struct ev pop(struct world *w)
+{
+    struct ev top = w->heap[0], last = w->heap[--w->heap_n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= w->heap_n)
+            break;
+        if (c + 1 < w->heap_n && ev_less(&w->heap[c + 1], &w->heap[c]))
+            c++;
+        if (!ev_less(&w->heap[c], &last))
+            break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (w->heap_n)
+        w->heap[i] = last;
+    return top;
+}
+
+static void at(struct world *w, uint64_t dt, uint8_t kind, uint32_t who, uint32_t inc, uint64_t arg,
+               struct smsg *m)
+{
+    push(w,
+         (struct ev){.t = w->now + dt, .kind = kind, .who = who, .inc = inc, .arg = arg, .m = m});
+}
+
+/* ---- network ----------------------------------------------------------- */
+
+static int cut(const struct world *w, struct cons_addr a, struct cons_addr b)
+{
+    return w->partitioned && a.kind == CONS_ADDR_REPLICA && b.kind == CONS_ADDR_REPLICA &&
+           w->reps[a.id].side != w->reps[b.id].side;
+}
+
+static void net_send(struct world *w, struct cons_addr from, struct cons_addr to,
+                     const uint8_t *buf, uint32_t len)
+{
+    w->res->msgs++;
+    if (cut(w, from, to) || ufrac(w) < w->drop_p) {
+        w->res->dropped++;
+        return;
+    }
+    int copies = ufrac(w) < w->dup_p ? 2 : 1;
+    w->res->duplicated += (uint64_t)(copies - 1);
+    for (int c = 0; c < copies; c++) {
+        struct smsg *m = malloc(sizeof *m + len);
+        if (!m)
+            abort();
+        m->from = from;
+        m->to = to;
+        m->len = len;
+        memcpy(m->data, buf, len);
+        at(w, urange(w, 50000, w->delay_max), EV_MSG, 0, 0, 0, m);
+    }
+}
+
+/* ---- replicas: outbox, checks, disk ------------------------------------ */
+
+static void check_chosen(struct world *w, uint32_t i)
+{
+    struct mpx_status st;
+    mpx_status(w->reps[i].core, &st);
+    for (uint64_t idx = w->reps[i].checked + 1; idx <= st.commit; idx++) {
+        uint64_t h;
+        if (!mpx_chosen_hash(w->reps[i].core, idx, &h))
+            continue;
+        if (idx >= w->chosen_cap) {
+            size_t cap = w->chosen_cap ? w->chosen_cap : 1024;
+            while (cap <= idx)
+                cap *= 2;
+            uint64_t *c = realloc(w->chosen, cap * sizeof *c);
+            if (!c)
+                abort();
+            memset(c + w->chosen_cap, 0, (cap - w->chosen_cap) * sizeof *c);
+            w->chosen = c;
+            w->chosen_cap = cap;
+        }
+        if (w->chosen[idx] == 0)
+            w->chosen[idx] = h;
+        else if (w->chosen[idx] != h)
+            fail(w, "safety: replica %u chose a different value for slot %" PRIu64, i, idx);
+    }
+    w->reps[i].checked = st.commit;
+}
+
+static void take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
+{
+    struct rep *r = &w->reps[i];
+    for (uint32_t k = 0; k < ob->nmsgs; k++)
+        net_send(w, cons_replica(i), ob->msgs[k].to, ob->msgs[k].buf, ob->msgs[k].len);
+    for (uint32_t k = 0; k < ob->npersists; k++) {
+        const struct cons_persist *p = &ob->persists[k];
+        if (r->pq_n == r->pq_cap) {
+            r->pq_cap = r->pq_cap ? 2 * r->pq_cap : 64;
+            r->pq = realloc(r->pq, r->pq_cap * sizeof *r->pq);
+            if (!r->pq)
+                abort();
+        }
+        struct prec *q = &r->pq[r->pq_n++];
+        q->kind = p->kind;
+        q->cookie = p->cookie;
+        q->index = p->index;
+        q->len = p->len;
+        q->buf = malloc(p->len ? p->len : 1);
+        if (!q->buf)
+            abort();
+        memcpy(q->buf, p->buf, p->len);
+    }
+    if (r->pq_n && !r->disk_busy) {
+        r->disk_busy = 1;
+        at(w, urange(w, 50000, w->disk_max), EV_DISK, i, r->inc, 0, NULL);
+    }
+}
+
+/* Every input to a core goes through here: step, outbox, invariants. */
+static void feed(struct world *w, uint32_t i, const struct cons_input *in)
+{
+    struct cons_outbox *ob;
+    int rc = mpx_step(w->reps[i].core, in, w->now, &ob);
+    w->res->steps++;
+    if (rc < 0) {
+        fail(w, "replica %u: step failed: %s", i, fk_err_name(rc));
+        return;
+    }
+    take_outbox(w, i, ob);
+    mpx_invariants(w->reps[i].core);
+    check_chosen(w, i);
+}
+
+static void blob_set(struct blob *b, const uint8_t *buf, uint32_t len, uint64_t index)
+{
+    free(b->buf);
+    b->buf = malloc(len ? len : 1);
+    if (!b->buf)
+        abort();
+    memcpy(b->buf, buf, len);
+    b->len = len;
+    b->index = index;
+}
+
+static void blob_clear(struct blob *b)
+{
+    free(b->buf);
+    memset(b, 0, sizeof *b);
+}
+
+static void disk_apply(struct rep *r, const struct prec *q)
+{
+    switch (q->kind) {
+    case CONS_PERSIST_META:
+        blob_set(&r->meta, q->buf, q->len, 0);
+        break;
+    case CONS_PERSIST_ENTRY:
+        blob_set(&r->ents[q->index % SIM_LOG_CAP], q->buf, q->len, q->index);
+        break;
+    case CONS_PERSIST_SNAPSHOT:
+        blob_set(&r->snap, q->buf, q->len, q->index);
+        for (int k = 0; k < SIM_LOG_CAP; k++) {
+            if (r->ents[k].buf && r->ents[k].index <= q->index)
+                blob_clear(&r->ents[k]);
+        }
+        break;
+    default:
+        abort();
+    }
+}
+
+static void pq_clear(struct rep *r)
+{
+    for (size_t k = 0; k < r->pq_n; k++)
+        free(r->pq[k].buf);
+    r->pq_n = 0;
+}
+
+/* The disk finishes everything queued, in order, then says so. */
+static void on_disk(struct world *w, uint32_t i)
+{
+    struct rep *r = &w->reps[i];
+    r->disk_busy = 0;
+    if (!r->pq_n)
+        return;
+    for (size_t k = 0; k < r->pq_n; k++)
+        disk_apply(r, &r->pq[k]);
+    struct cons_input in = {.kind = CONS_IN_PERSISTED, .cookie = r->pq[r->pq_n - 1].cookie};
+    pq_clear(r);
+    feed(w, i, &in);
+}
+
+/* ---- crash and restart ---------------------------------------------------- */
+
+static void rep_config(struct world *w, uint32_t i, struct mpx_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->n = w->n;
+    c->id = i;
+    c->log_cap = SIM_LOG_CAP;
+    c->window = 8;
+    c->batch_max = 4;
+    c->pending_max = 64;
+    c->clients_max = SIM_CLIENTS_MAX;
+    c->snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX);
+    c->arena_bytes = 256u << 10;
+    c->tick_ns = SIM_TICK_NS;
+    c->heartbeat_ns = 20 * MS;
+    c->election_ns = 100 * MS;
+    c->seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + w->reps[i].inc;
+    c->bugs = w->o->bugs;
+}
+
+static void wipe_disk(struct rep *r)
+{
+    blob_clear(&r->meta);
+    blob_clear(&r->snap);
+    for (int k = 0; k < SIM_LOG_CAP; k++)
+        blob_clear(&r->ents[k]);
+}
+
+/* Boots replica i: FRESH at time 0, else from its disk (RESTORED) or, with
+ * no complete state on disk, EMPTY (recovery). */
+static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
+{
+    struct rep *r = &w->reps[i];
+    struct mpx_config cfg;
+    int err;
+    rep_config(w, i, &cfg);
+    r->kv = kv_mem_create(SIM_KEYS_MAX);
+    r->core = r->kv ? mpx_create(&cfg, kv_mem_sm(r->kv), &err) : NULL;
+    if (!r->core)
+        abort();
+    if (mode == MPX_START_RESTORED && !r->meta.buf)
+        mode = MPX_START_EMPTY;
+    if (mode == MPX_START_EMPTY)
+        wipe_disk(r);
+    if (mode == MPX_START_RESTORED) {
+        int rc = mpx_restore_meta(r->core, r->meta.buf, r->meta.len);
+        if (rc == 0 && r->snap.buf)
+            rc = mpx_restore_snapshot(r->core, r->snap.buf, r->snap.len);
+        for (int k = 0; k < SIM_LOG_CAP && rc == 0; k++) {
+            if (r->ents[k].buf && r->ents[k].index > r->snap.index)
+                rc = mpx_restore_entry(r->core, r->ents[k].buf, r->ents[k].len);
+        }
+        if (rc < 0)
+            fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
+    }
+    struct cons_outbox *ob;
+    int rc = mpx_start(r->core, mode, w->now, &ob);
+    if (rc < 0)
+        fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
+    r->up = 1;
+    struct mpx_status st;
+    mpx_status(r->core, &st);
+    r->checked = st.commit;
+    take_outbox(w, i, ob);
+    at(w, urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
+}
+
+static void crash(struct world *w, uint32_t i)
+{
+    struct rep *r = &w->reps[i];
+    mpx_destroy(r->core);
+    kv_mem_destroy(r->kv);
+    r->core = NULL;
+    r->kv = NULL;
+    r->up = 0;
+    r->disk_busy = 0;
+    r->inc++; /* stale ticks, disk completions and messages are ignored */
+    pq_clear(r);
+}
+
+static uint32_t down_count(struct world *w)
+{
+    uint32_t d = 0;
+    for (uint32_t i = 0; i < w->n; i++) {
+        struct mpx_status st;
+        if (!w->reps[i].up)
+            d++;
+        else if ((mpx_status(w->reps[i].core, &st), st.role == MPX_RECOVERING))
+            d++;
+    }
+    return d;
+}
+
+/* ---- faults ----------------------------------------------------------------- */
+
+static void on_fault(struct world *w)
+{
+    uint64_t dice = rnd(w) % 100;
+    if (dice < 30) {
+        uint32_t mask;
+        do
+            mask = (uint32_t)rnd(w) & ((1u << w->n) - 1);
+        while (mask == 0 || mask == (1u << w->n) - 1);
+        for (uint32_t i = 0; i < w->n; i++)
+            w->reps[i].side = mask >> i & 1;
+        w->partitioned = 1;
+        w->res->partitions++;
+        say(w, 1, "fault: partition mask %#x", mask);
+    } else if (dice < 50) {
+        w->partitioned = 0;
+        say(w, 1, "fault: partition healed");
+    } else if (dice < 80 && down_count(w) < w->f) {
+        uint32_t i = (uint32_t)(rnd(w) % w->n);
+        if (w->reps[i].up) {
+            int empty = rnd(w) % 100 < 35;
+            say(w, 1, "fault: crash replica %u (restart %s)", i, empty ? "empty" : "with disk");
+            crash(w, i);
+            w->res->crashes++;
+            w->res->empty_restarts += (uint64_t)empty;
+            at(w, urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
+               empty ? MPX_START_EMPTY : MPX_START_RESTORED, NULL);
+        }
+    }
+    if (w->now < w->fault_end)
+        at(w, urange(w, 20 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
+}
+
+static void on_heal(struct world *w)
+{
+    say(w, 1, "heal: network clean, every replica up");
+    w->healed = 1;
+    w->partitioned = 0;
+    w->drop_p = 0;
+    w->dup_p = 0;
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up) {
+            w->reps[i].inc++;
+            boot(w, i, MPX_START_RESTORED);
+        }
+    }
+}
+
+/* ---- clients ------------------------------------------------------------------ */
+
+static void key_bytes(uint32_t k, struct cons_op *op)
+{
+    op->key_len = (uint16_t)snprintf((char *)op->key, CONS_KEY_MAX, "k%02u", k);
+}
+
+static void put_token(uint8_t *dst, uint16_t *len, uint64_t token)
+{
+    char tmp[17];
+    snprintf(tmp, sizeof tmp, "%016" PRIx64, token);
+    memcpy(dst, tmp, 16);
+    *len = 16;
+}
+
+static int get_token(const uint8_t *src, size_t len, uint64_t *token)
+{
+    char tmp[17];
+    if (len != 16)
+        return -1;
+    memcpy(tmp, src, 16);
+    tmp[16] = 0;
+    char *end;
+    *token = strtoull(tmp, &end, 16);
+    return *end == 0 ? 0 : -1;
+}
+
+static struct lin_op *hist_add(struct world *w)
+{
+    if (w->hist_n == w->hist_cap) {
+        w->hist_cap = w->hist_cap ? 2 * w->hist_cap : 256;
+        w->hist = realloc(w->hist, w->hist_cap * sizeof *w->hist);
+        if (!w->hist)
+            abort();
+    }
+    struct lin_op *h = &w->hist[w->hist_n++];
+    memset(h, 0, sizeof *h);
+    return h;
+}
+
+static void client_send(struct world *w, struct client *c)
+{
+    uint8_t buf[CONS_WIRE_OP_MAX + 64];
+    int len = mpx_encode_request(buf, sizeof buf, &c->op);
+    assert(len > 0);
+    net_send(w, cons_client(c->id), cons_replica(c->target), buf, (uint32_t)len);
+    c->gen++;
+    at(w, SIM_RETRY_NS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
+}
+
+/* A random operation over a few keys, so operations contend. Values are
+ * unique tokens; CAS expects the last value this client saw. */
+static void client_next(struct world *w, struct client *c)
+{
+    struct cons_op *op = &c->op;
+    uint32_t k = (uint32_t)(rnd(w) % w->nkeys);
+    uint64_t dice = rnd(w) % 100;
+    memset(op, 0, offsetof(struct cons_op, key));
+    op->client_id = c->id;
+    op->req_no = ++c->req_no;
+    key_bytes(k, op);
+    struct lin_op *h = hist_add(w);
+    h->key = k;
+    h->call = w->now;
+    h->ret = LIN_PENDING;
+    h->client = c->id;
+    uint64_t tok = (c->id << 32) | ++c->next_val;
+    if (dice < 30) {
+        op->type = CONS_OP_GET;
+    } else if (dice < 60) {
+        op->type = CONS_OP_PUT;
+        put_token(op->val, &op->val_len, tok);
+        h->arg = tok;
+    } else if (dice < 70) {
+        op->type = CONS_OP_DEL;
+    } else if (dice < 90) {
+        op->type = CONS_OP_CAS;
+        put_token(op->val, &op->val_len, tok);
+        uint64_t exp = c->seen[k] ? c->seen[k] : tok ^ 1;
+        put_token(op->exp, &op->exp_len, exp);
+        h->arg = tok;
+        h->exp = exp;
+    } else {
+        op->type = CONS_OP_SCAN;
+        op->scan_limit = (uint8_t)urange(w, 1, 4);
+        h->scan_limit = op->scan_limit;
+    }
+    h->type = op->type;
+    c->hist = w->hist_n - 1;
+    c->busy = 1;
+    w->res->ops_issued++;
+    client_send(w, c);
+}
+
+static int scan_result(struct world *w, struct lin_op *h, const struct cons_reply *rep)
+{
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, rep->data, rep->len);
+    h->scan_n = 0;
+    while (r.off < r.len && !r.err) {
+        uint16_t kl = cons_r_u16(&r);
+        const uint8_t *k = cons_r_bytes(&r, kl);
+        uint16_t vl = cons_r_u16(&r);
+        const uint8_t *v = cons_r_bytes(&r, vl);
+        unsigned idx;
+        if (r.err || h->scan_n >= h->scan_limit || kl != 3 ||
+            sscanf((const char *)k, "k%2u", &idx) != 1 || idx >= w->nkeys ||
+            get_token(v, vl, &h->scan_vals[h->scan_n]) < 0)
+            return -1;
+        h->scan_keys[h->scan_n++] = idx;
+    }
+    return r.err ? -1 : 0;
+}
+
+static void on_client_msg(struct world *w, struct client *c, const struct smsg *m)
+{
+    struct cons_reply rep;
+    uint32_t hint;
+    if (mpx_decode_reply(m->data, m->len, &rep, &hint) < 0) {
+        fail(w, "client %" PRIu64 ": malformed reply", c->id);
+        return;
+    }
+    if (!c->busy || rep.req_no != c->req_no)
+        return; /* a late or duplicated reply */
+    if (rep.status == FK_ENOTLEADER) {
+        c->target = hint < w->n && hint != c->target ? hint : (c->target + 1) % w->n;
+        c->gen++; /* cancels the retry timer; resend shortly to the new target */
+        at(w, urange(w, 1 * MS, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 2, NULL);
+        return;
+    }
+    struct lin_op *h = &w->hist[c->hist];
+    h->ret = w->now;
+    h->status = rep.status;
+    int bad = 0;
+    if (h->type == CONS_OP_GET && rep.status == 0)
+        bad = get_token(rep.data, rep.len, &h->out) < 0;
+    if (h->type == CONS_OP_SCAN && rep.status == 0)
+        bad = scan_result(w, h, &rep) < 0;
+    if (bad)
+        fail(w, "client %" PRIu64 ": unparsable reply", c->id);
+    if (h->type == CONS_OP_GET && rep.status == 0)
+        c->seen[h->key] = h->out;
+    if ((h->type == CONS_OP_PUT || h->type == CONS_OP_CAS) && rep.status == 0)
+        c->seen[h->key] = h->arg;
+    say(w, 2, "client %" PRIu64 " op %u key %u -> %d", c->id, h->type, h->key, rep.status);
+    c->busy = 0;
+    c->done++;
+    w->res->ops_done++;
+    c->gen++;
+    if (!w->healed && c->done < w->o->ops_per_client)
+        at(w, urange(w, 0, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 1, NULL);
+}
+
+/* what: 0 = the retry timeout fired, 1 = start the next op, 2 = resend. */
+static void on_client_timer(struct world *w, struct client *c, uint64_t what)
+{
+    if (what == 1) {
+        client_next(w, c);
+        return;
+    }
+    if (!c->busy)
+        return;
+    if (what == 0)
+        c->target = (c->target + 1) % w->n; /* no answer: try the next replica */
+    client_send(w, c);
+}
+
+/* ---- the run ------------------------------------------------------------------ */
+
+static void dispatch(struct world *w, struct ev *e)
+{
+    struct rep *r = &w->reps[e->who];
+    switch (e->kind) {
+    case EV_MSG: {
+        struct smsg *m = e->m;
+        if (m->to.kind == CONS_ADDR_CLIENT) {
+            on_client_msg(w, &w->cl[m->to.id - 1], m);
+        } else if (w->reps[m->to.id].up && !cut(w, m->from, m->to)) {
+            struct cons_input in = {
+                .kind = CONS_IN_MSG, .from = m->from, .buf = m->data, .len = m->len};
+            feed(w, (uint32_t)m->to.id, &in);
+        }
+        free(m);
+        break;
+    }
+    case EV_TICK:
+        if (r->up && e->inc == r->inc) {
+            struct cons_input in = {.kind = CONS_IN_TICK};
+            feed(w, e->who, &in);
+            at(w, SIM_TICK_NS, EV_TICK, e->who, r->inc, 0, NULL);
+        }
+        break;
+    case EV_DISK:
+        if (r->up && e->inc == r->inc)
+            on_disk(w, e->who);
+        break;
+    case EV_CLIENT:
+        if (e->inc == w->cl[e->who].gen)
+            on_client_timer(w, &w->cl[e->who], e->arg);
+        break;
+    case EV_FAULT:
+        if (!w->healed)
+            on_fault(w);
+        break;
+    case EV_RESTART:
+        if (!r->up && e->inc == r->inc) {
+            say(w, 1, "restart replica %u %s", e->who,
+                e->arg == MPX_START_EMPTY ? "empty" : "with disk");
+            boot(w, e->who, (enum mpx_start_mode)e->arg);
+        }
+        break;
+    case EV_HEAL:
+        on_heal(w);
+        break;
+    default:
+        abort();
+    }
+}
+
+static int clients_idle(const struct world *w)
+{
+    for (uint32_t c = 0; c < w->nclients; c++) {
+        if (w->cl[c].busy)
+            return 0;
+    }
+    return 1;
+}
+
+/* Replicas that applied the same prefix must hold the same state. */
+static void check_states(struct world *w)
+{
+    size_t cap = kv_mem_snapshot_max(SIM_KEYS_MAX);
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    if (!a || !b)
+        abort();
+    for (uint32_t i = 0; i < w->n; i++) {
+        for (uint32_t j = i + 1; j < w->n; j++) {
+            struct mpx_status si, sj;
+            mpx_status(w->reps[i].core, &si);
+            mpx_status(w->reps[j].core, &sj);
+            if (si.applied != sj.applied)
+                continue;
+            struct cons_sm mi = kv_mem_sm(w->reps[i].kv), mj = kv_mem_sm(w->reps[j].kv);
+            size_t la, lb;
+            if (mi.ops->snapshot(mi.impl, a, cap, &la) < 0 ||
+                mj.ops->snapshot(mj.impl, b, cap, &lb) < 0 || la != lb || memcmp(a, b, la))
+                fail(w, "replicas %u and %u applied %" PRIu64 " slots but differ", i, j,
+                     si.applied);
+        }
+    }
+    free(a);
+    free(b);
+}
+
+static void setup(struct world *w)
+{
+    w->n = rnd(w) % 100 < 60 ? 3 : 5;
+    w->f = w->n / 2;
+    w->nclients = (uint32_t)urange(w, 2, 5);
+    w->nkeys = (uint32_t)urange(w, 2, 5);
+    w->drop_p = ufrac(w) * 0.10;
+    w->dup_p = ufrac(w) * 0.05;
+    w->delay_max = urange(w, 1 * MS, 15 * MS);
+    w->disk_max = urange(w, 100000, 3 * MS);
+    w->fault_end = SIM_FAULT_NS;
+    w->res->n = w->n;
+    w->res->clients = w->nclients;
+    w->res->drop_p = w->drop_p;
+    w->res->dup_p = w->dup_p;
+    for (uint32_t i = 0; i < w->n; i++)
+        boot(w, i, MPX_START_FRESH);
+    for (uint32_t c = 0; c < w->nclients; c++) {
+        w->cl[c].id = c + 1;
+        w->cl[c].target = (uint32_t)(rnd(w) % w->n);
+        at(w, urange(w, 1 * MS, 50 * MS), EV_CLIENT, c, 0, 1, NULL);
+    }
+    at(w, urange(w, 50 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
+    at(w, SIM_FAULT_NS, EV_HEAL, 0, 0, 0, NULL);
+}
+
+static void finish(struct world *w)
+{
+    if (!w->failed && !clients_idle(w))
+        fail(w, "liveness: operations still pending %" PRIu64 " ms after healing",
+             SIM_LIVE_NS / MS);
+    if (!w->failed)
+        check_states(w);
+    char why[200] = "";
+    int rc = lin_check(w->hist, w->hist_n, w->nkeys, 20000000, why, sizeof why);
+    if (rc == FK_EPROTO)
+        fail(w, "linearizability: %s", why);
+    else if (rc < 0)
+        fail(w, "linearizability check failed to finish: %s %s", fk_err_name(rc), why);
+}
+
+static void teardown(struct world *w)
+{
+    while (w->heap_n) {
+        struct ev e = pop(w);
+        free(e.m);
+    }
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (w->reps[i].up)
+            crash(w, i);
+        wipe_disk(&w->reps[i]);
+        free(w->reps[i].pq);
+    }
+    free(w->heap);
+    free(w->hist);
+    free(w->chosen);
+}
+
+int sim_run(const struct sim_opts *o, struct sim_result *res)
+{
+    struct world *w = calloc(1, sizeof *w);
+    if (!w)
+        return FK_ENOMEM;
+    memset(res, 0, sizeof *res);
+    w->o = o;
+    w->res = res;
+    w->rng = o->seed;
+    setup(w);
+    uint64_t settled = 0;
+    while (w->heap_n && !w->failed) {
+        struct ev e = pop(w);
+        w->now = e.t;
+        if (w->now > SIM_FAULT_NS + SIM_LIVE_NS) {
+            free(e.m);
+            break;
+        }
+        dispatch(w, &e);
+        if (w->healed && clients_idle(w)) {
+            if (!settled)
+                settled = w->now + SIM_SETTLE_NS; /* let followers learn the commit */
+            else if (w->now >= settled)
+                break;
+        }
+    }
+    finish(w);
+    res->vtime_ns = w->now;
+    res->ok = !w->failed;
+    teardown(w);
+    free(w);
+    return 0;
+}
