@@ -8,6 +8,7 @@
 #include "ycsb_workload.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +418,56 @@ TEST(streams_are_reproducible_per_thread)
         differ += strcmp(oa.key, oc.key) != 0;
     }
     CHECK(differ > 50);
+    ycsb_workload_destroy(&w);
+}
+
+/* Driver threads share one workload: 4 threads run workload D (5% inserts,
+ * latest) at once; every key read exists, and every insert number is used
+ * exactly once. */
+#define WT     4
+#define WT_OPS 20000
+
+static long inserted[WT];
+
+static void *workload_worker(void *arg)
+{
+    long tid = (long)arg;
+    static struct ycsb_thread ts[WT];
+    static struct ycsb_op ops[WT];
+    struct ycsb_thread *t = &ts[tid];
+    struct ycsb_op *o = &ops[tid];
+    ycsb_thread_init(t, &w, (int32_t)tid);
+    for (int i = 0; i < WT_OPS; i++) {
+        if (ycsb_next_op(t, o) != 0)
+            return (void *)1;
+        if (o->type == YCSB_OP_INSERT) {
+            inserted[tid]++;
+            if (ycsb_insert_done(&w, o) != 0)
+                return (void *)1;
+        } else if (o->keynum < 0 || o->keynum > ycsb_ackctr_last(&w.inserts)) {
+            return (void *)1;
+        }
+    }
+    return NULL;
+}
+
+TEST(threads_share_a_workload)
+{
+    const char *kv[] = {"recordcount=1000",      "readproportion=0.95",        "updateproportion=0",
+                        "insertproportion=0.05", "requestdistribution=latest", NULL};
+    start(kv);
+    pthread_t t[WT];
+    for (long i = 0; i < WT; i++)
+        CHECK_EQ_I64(pthread_create(&t[i], NULL, workload_worker, (void *)i), 0);
+    long total = 0;
+    for (int i = 0; i < WT; i++) {
+        void *rv;
+        CHECK_EQ_I64(pthread_join(t[i], &rv), 0);
+        CHECK(rv == NULL);
+        total += inserted[i];
+    }
+    CHECK_EQ_I64(ycsb_ackctr_next(&w.inserts), 1000 + total);
+    CHECK(total > WT * WT_OPS / 40); /* about 5% */
     ycsb_workload_destroy(&w);
 }
 
