@@ -50,6 +50,7 @@
 enum mpx_bug {
     MPX_BUG_APPLY_UNCOMMITTED = 1u << 0, /* followers apply slots as soon as accepted */
     MPX_BUG_LOCAL_READS = 1u << 1,       /* a leader answers GET from local state */
+    MPX_BUG_NO_MERGE = 1u << 2,          /* phase 1 ignores values in promises */
 };
 
 struct mpx_config {

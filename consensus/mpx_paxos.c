@@ -289,7 +289,8 @@ static void on_promise(struct mpx *r, const struct mpx_msg *m)
             return;
         }
         /* Phase 1 rule: keep the value of the highest ballot per slot. */
-        int take = index > r->commit && (s->index != index || s->ballot < ballot);
+        int take = index > r->commit && (s->index != index || s->ballot < ballot) &&
+                   !(r->cfg.bugs & MPX_BUG_NO_MERGE);
         mpx__entry_into(r, &rd, take ? s : NULL);
     }
     count_promise(r, m->from);

@@ -27,6 +27,8 @@ static int parse_bug(const char *name, uint32_t *bugs)
         *bugs |= MPX_BUG_APPLY_UNCOMMITTED;
     else if (strcmp(name, "local-reads") == 0)
         *bugs |= MPX_BUG_LOCAL_READS;
+    else if (strcmp(name, "no-merge") == 0)
+        *bugs |= MPX_BUG_NO_MERGE;
     else
         return -1;
     return 0;
@@ -36,7 +38,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: flowkv-sim [--seeds N] [--first S] [--seed S] [--bug NAME]\n"
                     "                  [--verbose] [--expect-failure]\n"
-                    "bugs: apply-uncommitted, local-reads\n");
+                    "bugs: apply-uncommitted, local-reads, no-merge\n");
 }
 
 struct args {

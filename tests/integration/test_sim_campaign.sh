@@ -19,7 +19,7 @@ else
     t_fail "mpx: 1000 seeds with faults pass" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
 fi
 
-for bug in apply-uncommitted local-reads; do
+for bug in apply-uncommitted local-reads no-merge; do
     out=$("$sim" --seeds 1000 --bug "$bug" --expect-failure 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && grep -q "replay: .* --seed [0-9]* --bug $bug" <<<"$out"; then

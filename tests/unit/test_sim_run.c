@@ -51,4 +51,9 @@ TEST(planted_bug_local_reads_is_found)
     CHECK(finds_bug(MPX_BUG_LOCAL_READS));
 }
 
+TEST(planted_bug_no_merge_is_found)
+{
+    CHECK(finds_bug(MPX_BUG_NO_MERGE));
+}
+
 CHECK_MAIN()
