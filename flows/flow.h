@@ -1,0 +1,260 @@
+/*
+ * flow.h: flows, flowkv's Data Flow Interface (DFI, Thostrup et al., SIGMOD
+ * 2021, sections 3 to 5), over the fabric in fabric/fab.h.
+ *
+ * Concepts. A node (flow_node) is a process's presence on the network. A
+ * flow is a named, declared data movement from sources to targets; each
+ * source and target handle belongs to one thread (thread-centric: no locks on
+ * the data path). Tuples are fixed-size rows of a schema. Three kinds:
+ *   shuffle:   each tuple goes to one target (key hash, routing function or
+ *              an explicit target per push);
+ *   replicate: each tuple goes to every target, by one one-sided write per
+ *              target or by multicast datagrams; optionally in one global
+ *              order taken from a fetch-and-add sequencer (DFI section 5.4);
+ *   combiner:  N:1, tuples aggregated per key at the target (SUM, COUNT,
+ *              MIN, MAX on one column).
+ * Two modes (DFI section 5.3): bandwidth (tuples batched into segments,
+ * default 8 KiB; free space learned by reading the target's consumed counter
+ * lazily) and latency (a segment is one tuple; free space tracked by credits
+ * the target writes back at a threshold).
+ *
+ * Declaration and discovery. flow_declare() publishes the flow at the
+ * declaring node and at every target node; each of them answers for it, and
+ * each target node alone answers for the rings it hosts. A node that does
+ * not know a flow asks its peers (flow_node_add_peer). No single process is
+ * needed once a flow is declared (DESIGN.md: no single point of failure).
+ *
+ * Lifetimes. flow_consume() returns a pointer into the target's receive
+ * memory, valid until the next flow_consume() or flow_target_close() on that
+ * handle (zero copy). flow_push() copies the tuple before returning.
+ *
+ * Errors (negative, common/fk_error.h): FK_EINVAL (bad argument),
+ * FK_EUNKNOWN_FLOW, FK_ESCHEMA (tuple size or schema mismatch), FK_ETOOBIG,
+ * FK_EWRONG_THREAD (handle used from another thread), FK_ECLOSED (handle or
+ * target closed), FK_EEND, FK_EGAP, FK_ESESSION, FK_ETIMEDOUT, FK_ENOMEM
+ * (memory bound or a pool exhausted), FK_EFULL (no free source or target
+ * slot), FK_EEXIST (flow name taken), FK_EUNREACHABLE.
+ */
+#ifndef FLOW_H
+#define FLOW_H
+
+#include "fab.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bounds (named maxima, STYLE.md point 11). */
+#define FLOW_NAME_MAX    48 /* flow name including terminator */
+#define FLOW_COLS_MAX    16
+#define FLOW_COLNAME_MAX 24
+#define FLOW_TARGETS_MAX 16 /* targets per flow, declared plus joined */
+#define FLOW_SOURCES_MAX 64 /* source slots per target */
+#define FLOW_FLOWS_MAX   64 /* flows one node knows */
+#define FLOW_PEERS_MAX   16
+#define FLOW_TUPLE_MAX   4032 /* a tuple fits one datagram with its header */
+
+/* ---- schema ------------------------------------------------------------- */
+
+enum flow_type {
+    FLOW_INT8 = 1,
+    FLOW_INT16,
+    FLOW_INT32,
+    FLOW_INT64,
+    FLOW_UINT64,
+    FLOW_FLOAT,
+    FLOW_DOUBLE,
+    FLOW_BYTES, /* fixed-length byte array; length in flow_column.len */
+};
+
+struct flow_column {
+    const char *name;
+    enum flow_type type;
+    uint32_t len; /* FLOW_BYTES only */
+};
+
+/* A schema as computed at declaration: columns at natural (LP64) alignment,
+ * the tuple size rounded up to 8 bytes. Plain data: copy freely. */
+struct flow_schema {
+    uint32_t ncols;
+    uint32_t key;        /* index of the key column */
+    uint32_t tuple_size; /* bytes */
+    struct {
+        char name[FLOW_COLNAME_MAX];
+        uint32_t type;
+        uint32_t size;
+        uint32_t offset;
+    } cols[FLOW_COLS_MAX];
+};
+
+/* Computes offsets. key names the key column. Errors: FK_EINVAL (no
+ * columns, too many, unknown type, empty or duplicate name, BYTES of length
+ * 0, unknown key), FK_ETOOBIG (tuple larger than FLOW_TUPLE_MAX). Any thread. */
+int flow_schema_init(struct flow_schema *s, const struct flow_column *cols, int n, const char *key);
+
+/* Offset of the named column, or FK_ENOTFOUND. */
+int flow_schema_offset(const struct flow_schema *s, const char *name);
+
+/* ---- node ----------------------------------------------------------------- */
+
+typedef struct flow_node flow_node;
+typedef struct flow_source flow_source;
+typedef struct flow_target flow_target;
+
+struct flow_node_config {
+    struct fab_config fabric;
+    uint64_t mem_limit; /* bytes of flow memory this node may hold; 0 = no limit */
+};
+
+void flow_node_config_default(struct flow_node_config *cfg);
+
+/* Creates a node (and its fabric node). cfg NULL = defaults. Errors as
+ * fab_node_create. Any thread. */
+int flow_node_create(const struct flow_node_config *cfg, flow_node **out);
+
+/* Destroys the node. Every source and target opened on it must be closed.
+ * Any thread except the node's progress thread. */
+void flow_node_destroy(flow_node *node);
+
+/* The node's address, valid until destroy. */
+const char *flow_node_addr(const flow_node *node);
+
+/* Adds a peer asked for flows this node does not know. Errors: FK_EINVAL,
+ * FK_EFULL (FLOW_PEERS_MAX). Any thread. */
+int flow_node_add_peer(flow_node *node, const char *addr);
+
+/* Bytes of flow memory this node holds: registered rings, counters and
+ * staging segments, and datagram buffers (DESIGN.md: memory per node). */
+uint64_t flow_node_memory(const flow_node *node);
+
+/* ---- declaration -------------------------------------------------------------- */
+
+enum flow_kind { FLOW_SHUFFLE = 1, FLOW_REPLICATE, FLOW_COMBINER };
+enum flow_mode { FLOW_BANDWIDTH = 1, FLOW_LATENCY };
+enum flow_agg { FLOW_SUM = 1, FLOW_COUNT, FLOW_MIN, FLOW_MAX };
+
+/* Routing function for shuffle flows: returns a target index in
+ * [0, ntargets). Runs on the pushing thread. */
+typedef int (*flow_route_fn)(const void *tuple, int ntargets, void *data);
+
+struct flow_opts {
+    enum flow_kind kind;
+    enum flow_mode mode;
+    uint32_t segment_bytes;            /* bandwidth mode: segment payload; default 8192 */
+    uint32_t segments;                 /* per ring; default 16 (bandwidth), 64 (latency) */
+    uint32_t max_sources;              /* source slots per target (elastic); default nsources */
+    uint32_t max_targets;              /* targets including joined ones; default ntargets */
+    int multicast;                     /* replicate: datagrams to a group instead of N writes */
+    int ordered;                       /* replicate: global order from a sequencer */
+    char sequencer[FAB_ADDR_MAX];      /* ordered: node hosting the sequencer */
+    char group[FAB_ADDR_MAX];          /* multicast: "239.x.y.z:port" */
+    uint64_t gap_timeout_ns;           /* ordered: wait before GAP; default 50 ms */
+    enum flow_agg agg;                 /* combiner */
+    char agg_column[FLOW_COLNAME_MAX]; /* combiner: aggregated column */
+};
+
+void flow_opts_default(struct flow_opts *o, enum flow_kind kind, enum flow_mode mode);
+
+/* Declares flow name with nsources sources (opened by index 0..nsources-1;
+ * more may join up to max_sources) and ntargets targets, target i hosted by
+ * the node at targets[i]. The declaration is stored here and pushed to every
+ * target node. Errors: FK_EINVAL (bad counts, options or names), FK_EEXIST,
+ * FK_ENOMEM (FLOW_FLOWS_MAX), FK_EUNREACHABLE (a target node did not answer).
+ * Any thread. */
+int flow_declare(flow_node *node, const char *name, const struct flow_schema *schema, int nsources,
+                 const char *const *targets, int ntargets, const struct flow_opts *opts);
+
+/* ---- targets ---------------------------------------------------------------------- */
+
+/* Opens target index of flow name on node (which must be the node declared
+ * for that index). Allocates and registers max_sources rings. The handle
+ * belongs to the calling thread. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (index,
+ * wrong node), FK_EBUSY (already open), FK_ENOMEM. */
+int flow_target_open(flow_node *node, const char *name, int index, flow_target **out);
+
+/* Elastic join (beyond DFI): adds this node as a new target of an open flow
+ * (reusing a departed target's index when one is free) and opens it. The
+ * declaring node assigns the index. Errors: FK_EFULL (max_targets reached),
+ * plus those of flow_target_open. */
+int flow_target_join(flow_node *node, const char *name, flow_target **out);
+
+/* The target's index. */
+int flow_target_index(const flow_target *t);
+
+/* One consumed item. */
+struct flow_item {
+    const void *tuple; /* into the target's memory; valid until the next consume */
+    uint64_t seq;      /* ordered replicate: global sequence number; FK_EGAP: the missing one */
+    uint32_t session;  /* ordered replicate: sequencer session */
+    int source;        /* source slot the tuple came from */
+};
+
+/* Returns the next tuple: 0 with item filled; FK_EEND when every declared
+ * source has closed and no joined source remains; FK_EGAP (ordered flow:
+ * item->seq never arrived within gap_timeout_ns); FK_ESESSION (ordered flow:
+ * a new sequencer session began, item->session); FK_ETIMEDOUT. Waits up to
+ * timeout_ns (0 = poll). Combiner targets return FK_EINVAL (use
+ * flow_combiner_result). Owner thread only (FK_EWRONG_THREAD). */
+int flow_consume(flow_target *t, struct flow_item *item, uint64_t timeout_ns);
+
+/* Closes the target: its rings are deregistered and its slot in the flow is
+ * freed for a later join. Owner thread. */
+void flow_target_close(flow_target *t);
+
+/* Combiner targets: consumes until FK_EEND (or timeout), aggregating; then
+ * returns the number of groups and points *rows at them: each row is a tuple
+ * of the flow's schema whose key column is the group and whose aggregated
+ * column holds the result (COUNT: as int64 in that column). Valid until
+ * close. Errors: FK_EINVAL (not a combiner), FK_ETIMEDOUT, FK_ENOMEM (more
+ * than the group table holds, FLOW_GROUPS_MAX). Owner thread. */
+#define FLOW_GROUPS_MAX 4096
+int flow_combiner_result(flow_target *t, const void **rows, uint64_t timeout_ns);
+
+/* ---- sources ------------------------------------------------------------------------ */
+
+#define FLOW_ANY (-1) /* elastic join: take any free source slot */
+
+/* Opens source index (0..nsources-1, or FLOW_ANY to join) of flow name:
+ * connects to every target node and attaches to a ring there, retrying until
+ * timeout_ns while targets are not open yet. Errors: FK_EUNKNOWN_FLOW,
+ * FK_EINVAL, FK_EFULL (no free slot), FK_ETIMEDOUT, FK_EUNREACHABLE,
+ * FK_ENOMEM. The handle belongs to the calling thread. */
+int flow_source_open(flow_node *node, const char *name, int index, uint64_t timeout_ns,
+                     flow_source **out);
+
+/* Shuffle routing by function (instead of the key hash). Owner thread. */
+void flow_source_set_route(flow_source *s, flow_route_fn fn, void *data);
+
+/* Pushes one tuple of exactly the schema's tuple size (copied before
+ * return). Shuffle routes it by key hash (xxHash64 of the key column) or the
+ * routing function; replicate and combiner send it to every target (combiner:
+ * the one target). Blocks while the ring is full (slow consumer) up to the
+ * source's timeout. Errors: FK_ESCHEMA (size), FK_ECLOSED (source closed,
+ * or the target left), FK_EWRONG_THREAD, FK_ETIMEDOUT, FK_EUNREACHABLE. */
+int flow_push(flow_source *s, const void *tuple, size_t size);
+
+/* Pushes to an explicit target index (shuffle). Errors as flow_push plus
+ * FK_EINVAL (index). A target that joined after open is found by asking
+ * the declaring node again. */
+int flow_push_to(flow_source *s, int target, const void *tuple, size_t size);
+
+/* Sends partly filled segments now (bandwidth mode). Owner thread. */
+int flow_flush(flow_source *s);
+
+/* Ends the flow for this source: flushes, sends end-of-flow to every target
+ * and frees the handle (whose slot the targets reclaim). Returns the first
+ * error met, the handle is freed regardless. Owner thread. */
+int flow_source_close(flow_source *s);
+
+/* Default time a push or open blocks before FK_ETIMEDOUT. */
+#define FLOW_BLOCK_TIMEOUT_NS (30ULL * 1000000000ULL)
+
+/* ---- sequencer (ordered replicate) ----------------------------------------------------- */
+
+/* Hosts the sequencer of flow name on node with the given session (start at
+ * 1; a replacement after failure uses a larger one), and tells the flow's
+ * nodes where it is. Sources move to it when the old one is unreachable;
+ * targets report FK_ESESSION. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (not
+ * ordered), FK_ENOMEM. Any thread; lives until the node is destroyed. */
+int flow_sequencer_start(flow_node *node, const char *name, uint32_t session);
+
+#endif /* FLOW_H */

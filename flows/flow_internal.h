@@ -1,0 +1,259 @@
+/*
+ * flow_internal.h: structures shared by the flows/ implementation files.
+ *
+ * Memory layout of one ring (DFI section 5.1), hosted at the target, one per
+ * (source slot, target), registered for remote writes:
+ *
+ *   ring:    [ctrl 64 B][segment 0]...[segment nseg-1]
+ *   ctrl:    consumed (u64: segments the target has released; read by the
+ *            source in bandwidth mode), pad
+ *   segment: [payload: seg_payload bytes][footer 16 B]
+ *   footer:  seq (u64: global sequence number, ordered replicate), then
+ *            state (u64, the segment's last word): tuple count (bits 0-31),
+ *            session (32-47), FOOT_CONSUMABLE, FOOT_END.
+ *
+ * The source writes payload and footer in one write (full segment, latency
+ * mode) or as a batched pair (partial segment); the fabric stores the last
+ * word with release semantics, so a consumer that loads state with acquire
+ * and sees CONSUMABLE sees the payload (fab.h). The consumer clears state to
+ * 0 before advancing consumed, so a segment is never overwritten while read.
+ */
+#ifndef FLOW_INTERNAL_H
+#define FLOW_INTERNAL_H
+
+#include "flow.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define FLOW__CTRL_BYTES   64
+#define FLOW__FOOTER_BYTES 16
+#define FOOT_CONSUMABLE    (1ULL << 62)
+#define FOOT_END           (1ULL << 63)
+#define FOOT_COUNT(s)      ((uint32_t)((s)&0xffffffffu))
+#define FOOT_SESSION(s)    ((uint32_t)(((s) >> 32) & 0xffffu))
+#define FOOT_STATE(count, session, flags)                                                          \
+    ((uint64_t)(count) | ((uint64_t)((session)&0xffffu) << 32) | FOOT_CONSUMABLE | (flags))
+
+#define FLOW__DEFAULT_SEG_BYTES 8192
+#define FLOW__DEFAULT_SEGS_BW   16
+#define FLOW__DEFAULT_SEGS_LAT  64
+#define FLOW__SEGS_MAX          4096
+#define FLOW__SEG_BYTES_MAX     (1u << 20)
+#define FLOW__CALL_TIMEOUT_NS   (5ULL * 1000000000ULL)
+#define FLOW__DEFAULT_GAP_NS    (50ULL * 1000000ULL)
+
+struct flow__footer {
+    uint64_t seq;
+    uint64_t state;
+};
+_Static_assert(sizeof(struct flow__footer) == FLOW__FOOTER_BYTES, "footer is two words");
+
+/* A flow's declaration as stored and sent between nodes (plain data). */
+struct flow__desc {
+    char name[FLOW_NAME_MAX];
+    char home[FAB_ADDR_MAX]; /* the declaring node: assigns joined target indices */
+    uint32_t version;        /* bumped on target join/leave and sequencer moves */
+    uint32_t nsources;
+    uint32_t ntargets; /* indices in use, declared and joined */
+    uint32_t seq_session;
+    struct flow_opts opts;
+    struct flow_schema schema;
+    char targets[FLOW_TARGETS_MAX][FAB_ADDR_MAX]; /* "" = departed */
+};
+_Static_assert(sizeof(struct flow__desc) + 64 <= FAB_MSG_MAX, "a declaration fits one message");
+
+/* Ring geometry derived from a declaration. */
+struct flow__geom {
+    uint32_t seg_payload; /* bytes of tuples per segment */
+    uint32_t seg_stride;  /* seg_payload + footer */
+    uint32_t nseg;
+    uint32_t tuples_per_seg;
+    uint64_t ring_bytes; /* ctrl + nseg * seg_stride */
+};
+void flow__geom(const struct flow__desc *d, struct flow__geom *g);
+
+/* Control messages between nodes (fab_call), DFI's registry protocol. */
+enum flow__msg_type {
+    FLOW__MSG_DECLARE = 1, /* desc: store (or update) a declaration */
+    FLOW__MSG_DESCRIBE,    /* name: answer with the desc */
+    FLOW__MSG_ATTACH,      /* source asks a target for a ring slot */
+    FLOW__MSG_JOIN_TARGET, /* ask the home node for a target index */
+    FLOW__MSG_LEAVE_TARGET,
+    FLOW__MSG_SEQ_INFO, /* where the sequencer counter is */
+};
+
+struct flow__msg_hdr {
+    uint32_t type;
+    uint32_t arg;
+    char name[FLOW_NAME_MAX];
+};
+
+struct flow__attach_req {
+    struct flow__msg_hdr h; /* arg: target index */
+    int32_t slot;           /* FLOW_ANY or a declared source index */
+    uint32_t pad;
+    char source_node[FAB_ADDR_MAX];
+    struct fab_rkey credit; /* latency mode: where the target writes consumed counts */
+};
+
+struct flow__attach_resp {
+    int32_t slot;
+    uint32_t pad;
+    struct fab_rkey ring;
+    char mcast_ep[FAB_ADDR_MAX]; /* multicast: the target's datagram endpoint */
+};
+
+struct flow__seq_resp {
+    struct fab_rkey counter; /* [counter u64][session u64] */
+    uint32_t session;
+    uint32_t pad;
+};
+
+/* State of one source slot at a target; fields written by the progress
+ * thread (attach, close) are published by storing status with release. */
+enum flow__slot_status { SLOT_FREE = 0, SLOT_ATTACHED, SLOT_DRAINING };
+
+struct flow__slot {
+    uint32_t status; /* enum flow__slot_status, atomic */
+    uint32_t dead;   /* connection closed without end-of-flow, atomic */
+    uint64_t peer_id;
+    int declared; /* slot index < nsources */
+    char source_node[FAB_ADDR_MAX];
+    struct fab_rkey credit;
+    char mcast_ep[FAB_ADDR_MAX];
+    /* consumer thread only: */
+    uint8_t *ring;
+    uint64_t head; /* segments consumed */
+    uint32_t pos;  /* tuple index within the head segment */
+    int ended;
+    fab_conn *credit_conn;
+    uint64_t credit_sent;
+};
+
+struct flow__mcast;
+struct flow__order;
+
+struct flow_target {
+    flow_node *node;
+    struct flow__desc desc;
+    struct flow__geom geom;
+    int index;
+    pthread_t owner;
+    int closed;
+    pthread_mutex_t lock; /* slot transitions (attach, close, reclaim); not the data path */
+    uint8_t *mem;         /* max_sources rings */
+    uint64_t mem_bytes;
+    fab_mr *mr;
+    uint32_t nslots;
+    struct flow__slot slots[FLOW_SOURCES_MAX];
+    uint32_t cursor;        /* round-robin position */
+    uint64_t bell;          /* fabric doorbell value before the last scan */
+    int joined;             /* opened by flow_target_join: leaves on close */
+    int release_slot;       /* slot whose head segment is released on the next consume */
+    uint64_t *credit_stage; /* per slot: staging for credit writes (registered) */
+    fab_mr *credit_mr;
+    uint32_t declared_ended;   /* declared sources that ended */
+    struct flow__order *order; /* ordered replicate state, or NULL */
+    struct flow__mcast *mc;    /* multicast state, or NULL */
+    void *comb;                /* combiner group table, or NULL */
+};
+
+/* The source's view of one target. */
+struct flow__starget {
+    int state; /* 0 = not attached, 1 = attached, 2 = gone */
+    fab_conn *conn;
+    int32_t slot;
+    struct fab_rkey ring;
+    uint64_t sent;      /* segments written */
+    uint64_t consumed;  /* segments the target released, as last learned */
+    uint64_t *read_buf; /* bandwidth mode: destination of the consumed read (registered) */
+    int read_pending;
+    uint32_t fill;   /* tuples staged in the current segment */
+    uint8_t *stages; /* nseg segments, indexed by sent % nseg: a segment's
+                      * buffer is reused only after the target consumed it,
+                      * so zero-copy backends may read it until then */
+    fab_mr *stage_mr;
+    uint32_t signaled; /* outstanding signaled writes */
+    char mcast_ep[FAB_ADDR_MAX];
+};
+
+struct flow_source {
+    flow_node *node;
+    struct flow__desc desc;
+    struct flow__geom geom;
+    int index;      /* declared index, or FLOW_ANY for a joined source */
+    uint32_t rfill; /* replicate: tuples in the current segment of every target */
+    pthread_t owner;
+    uint64_t timeout_ns;
+    flow_route_fn route;
+    void *route_data;
+    uint8_t *mem; /* credits[FLOW_TARGETS_MAX] + read bufs[FLOW_TARGETS_MAX] */
+    uint64_t mem_bytes;
+    fab_mr *mr;
+    uint64_t *credits; /* latency mode: consumed counts written by targets */
+    struct flow__starget t[FLOW_TARGETS_MAX];
+    /* ordered replicate */
+    fab_conn *seq_conn;
+    struct fab_rkey seq_counter;
+    uint32_t session;
+    struct flow__mcast *mc;
+};
+
+/* ---- flow_node.c ---- */
+/* Looks up name locally, then asks the peers (and hint, when not NULL);
+ * caches what it learns. */
+int flow__describe(flow_node *n, const char *name, const char *hint, struct flow__desc *out);
+fab_node *flow__fab(flow_node *n);
+/* Reserves (positive) or returns (negative) delta bytes against mem_limit:
+ * FK_ENOMEM when over. */
+int flow__mem_charge(flow_node *n, int64_t delta);
+/* Target registry of the node, for the control handler. */
+int flow__host_target(flow_node *n, flow_target *t);
+void flow__unhost_target(flow_node *n, flow_target *t);
+/* Pushes desc to the nodes that host it (targets and home). */
+int flow__publish(flow_node *n, const struct flow__desc *d);
+int flow__store_desc(flow_node *n, const struct flow__desc *d);
+int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap);
+
+/* ---- flow_target.c ---- */
+int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach_req *req,
+                        struct flow__attach_resp *resp);
+void flow__target_peer_closed(flow_target *t, uint64_t peer);
+/* Next tuple from the rings in arrival order (round-robin over slots). */
+int flow__ring_next(flow_target *t, struct flow_item *item);
+uint8_t *flow__seg(const flow_target *t, uint32_t slot, uint64_t segno);
+void flow__release_head(flow_target *t, uint32_t slot);
+int flow__wait(flow_target *t, uint64_t deadline);
+int flow__all_ended(flow_target *t);
+/* Returns 1 with the head segment's footer state of slot i, 0 when empty
+ * (ending the slot when its source finished). */
+int flow__head_state(flow_target *t, uint32_t i, uint64_t *state);
+struct flow__footer *flow__footer_of(const flow_target *t, uint8_t *seg);
+
+/* ---- flow_order.c ---- */
+int flow__order_init(flow_target *t);
+void flow__order_free(flow_target *t);
+int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline);
+int flow__comb_result(flow_target *t, const void **rows, uint64_t deadline);
+
+/* ---- flow_mcast.c ---- */
+int flow__mc_target_init(flow_target *t);
+void flow__mc_target_free(flow_target *t);
+int flow__mc_next(flow_target *t, struct flow_item *item, uint64_t deadline);
+int flow__mc_source_init(flow_source *s);
+void flow__mc_source_free(flow_source *s);
+int flow__mc_push(flow_source *s, const void *tuple);
+int flow__mc_close(flow_source *s);
+
+/* ---- flow_source.c ---- */
+int flow__seq_take(flow_source *s, uint64_t *seq);
+
+/* ---- flow_combiner.c ---- */
+int flow__comb_init(flow_target *t);
+void flow__comb_free(flow_target *t);
+
+/* Checks the calling thread owns the handle. */
+#define FLOW__OWNER_OK(h) pthread_equal((h)->owner, pthread_self())
+
+#endif /* FLOW_INTERNAL_H */

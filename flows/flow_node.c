@@ -1,0 +1,541 @@
+/*
+ * flow_node.c: nodes, flow declaration and discovery (the registry).
+ *
+ * Every node keeps the declarations it knows in a fixed table and answers
+ * DESCRIBE for them; the declaring node ("home") and every target node store
+ * each declaration, so a flow stays discoverable while any of them lives (no
+ * single point of failure, DESIGN.md). Each target node alone answers ATTACH
+ * for the rings it hosts, and each sequencer node for its counter. Control
+ * messages travel as fab_call requests and are handled on the fabric's
+ * progress thread; they never block there (no outgoing calls from a handler).
+ */
+#include "flow_internal.h"
+
+#include "fk_error.h"
+#include "fk_log.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQ_MAX 16 /* sequencers one node hosts */
+
+struct flow__hosted {
+    char name[FLOW_NAME_MAX];
+    int index;
+    flow_target *t;
+};
+
+struct flow__seq {
+    char name[FLOW_NAME_MAX];
+    uint32_t session;
+    uint64_t *words; /* [counter][session], registered */
+    fab_mr *mr;
+};
+
+struct flow_node {
+    fab_node *fab;
+    uint64_t mem_limit;
+    uint64_t mem_used;    /* atomic */
+    pthread_mutex_t lock; /* registry tables; control plane only */
+    struct flow__desc flows[FLOW_FLOWS_MAX];
+    int nflows;
+    char peers[FLOW_PEERS_MAX][FAB_ADDR_MAX];
+    int npeers;
+    struct flow__hosted hosted[FLOW_FLOWS_MAX];
+    struct flow__seq seqs[SEQ_MAX];
+};
+
+fab_node *flow__fab(flow_node *n)
+{
+    return n->fab;
+}
+
+void flow_node_config_default(struct flow_node_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    fab_config_default(&cfg->fabric);
+}
+
+int flow__mem_charge(flow_node *n, int64_t delta)
+{
+    uint64_t after = __atomic_add_fetch(&n->mem_used, (uint64_t)delta, __ATOMIC_RELAXED);
+    if (delta > 0 && n->mem_limit != 0 && after > n->mem_limit) {
+        __atomic_sub_fetch(&n->mem_used, (uint64_t)delta, __ATOMIC_RELAXED);
+        return FK_ENOMEM;
+    }
+    return 0;
+}
+
+uint64_t flow_node_memory(const flow_node *n)
+{
+    return __atomic_load_n(&n->mem_used, __ATOMIC_RELAXED);
+}
+
+const char *flow_node_addr(const flow_node *n)
+{
+    return fab_node_addr(n->fab);
+}
+
+int flow_node_add_peer(flow_node *n, const char *addr)
+{
+    if (n == NULL || addr == NULL || strlen(addr) >= FAB_ADDR_MAX)
+        return FK_EINVAL;
+    pthread_mutex_lock(&n->lock);
+    int rc = FK_EFULL;
+    if (n->npeers < FLOW_PEERS_MAX) {
+        snprintf(n->peers[n->npeers++], FAB_ADDR_MAX, "%s", addr);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc;
+}
+
+/* ---- declaration table --------------------------------------------------------- */
+
+static struct flow__desc *find_desc(flow_node *n, const char *name)
+{
+    for (int i = 0; i < n->nflows; i++)
+        if (strcmp(n->flows[i].name, name) == 0)
+            return &n->flows[i];
+    return NULL;
+}
+
+int flow__store_desc(flow_node *n, const struct flow__desc *d)
+{
+    pthread_mutex_lock(&n->lock);
+    struct flow__desc *have = find_desc(n, d->name);
+    int rc = 0;
+    if (have != NULL) {
+        if (d->version > have->version)
+            *have = *d;
+    } else if (n->nflows < FLOW_FLOWS_MAX) {
+        n->flows[n->nflows++] = *d;
+    } else {
+        rc = FK_ENOMEM;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc;
+}
+
+static int local_desc(flow_node *n, const char *name, struct flow__desc *out)
+{
+    pthread_mutex_lock(&n->lock);
+    struct flow__desc *d = find_desc(n, name);
+    if (d != NULL)
+        *out = *d;
+    pthread_mutex_unlock(&n->lock);
+    return d != NULL ? 0 : FK_EUNKNOWN_FLOW;
+}
+
+int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap)
+{
+    fab_conn *c;
+    int rc = fab_connect(n->fab, addr, FLOW__CALL_TIMEOUT_NS, &c);
+    if (rc < 0)
+        return rc;
+    rc = fab_call(c, req, len, resp, cap, FLOW__CALL_TIMEOUT_NS);
+    fab_conn_close(c);
+    return rc;
+}
+
+static int ask_describe(flow_node *n, const char *addr, const char *name, struct flow__desc *out)
+{
+    struct flow__msg_hdr h = {.type = FLOW__MSG_DESCRIBE};
+    snprintf(h.name, sizeof(h.name), "%s", name);
+    int rc = flow__call(n, addr, &h, sizeof(h), out, sizeof(*out));
+    if (rc < 0)
+        return rc;
+    if (rc != (int)sizeof(*out) || strcmp(out->name, name) != 0)
+        return FK_EPROTO;
+    return 0;
+}
+
+int flow__describe(flow_node *n, const char *name, const char *hint, struct flow__desc *out)
+{
+    if (hint == NULL && local_desc(n, name, out) == 0)
+        return 0;
+    int rc = FK_EUNKNOWN_FLOW;
+    if (hint != NULL && hint[0] != '\0')
+        rc = ask_describe(n, hint, name, out);
+    for (int i = 0; rc < 0; i++) {
+        char peer[FAB_ADDR_MAX];
+        pthread_mutex_lock(&n->lock);
+        int have = i < n->npeers;
+        if (have)
+            memcpy(peer, n->peers[i], sizeof(peer));
+        pthread_mutex_unlock(&n->lock);
+        if (!have)
+            break;
+        rc = ask_describe(n, peer, name, out);
+    }
+    if (rc < 0)
+        return local_desc(n, name, out) == 0 ? 0 : FK_EUNKNOWN_FLOW;
+    flow__store_desc(n, out);
+    return local_desc(n, name, out);
+}
+
+int flow__publish(flow_node *n, const struct flow__desc *d)
+{
+    uint8_t msg[sizeof(struct flow__msg_hdr) + sizeof(*d)];
+    struct flow__msg_hdr h = {.type = FLOW__MSG_DECLARE};
+    snprintf(h.name, sizeof(h.name), "%s", d->name);
+    memcpy(msg, &h, sizeof(h));
+    memcpy(msg + sizeof(h), d, sizeof(*d));
+    int rc = flow__store_desc(n, d);
+    for (uint32_t i = 0; i <= d->ntargets && rc == 0; i++) {
+        const char *addr = i < d->ntargets ? d->targets[i] : d->home;
+        if (addr[0] == '\0' || strcmp(addr, flow_node_addr(n)) == 0)
+            continue;
+        int r = flow__call(n, addr, msg, sizeof(msg), NULL, 0);
+        if (r < 0 && i < d->ntargets) /* a departed home is no error */
+            rc = r;
+    }
+    return rc;
+}
+
+/* ---- hosted targets --------------------------------------------------------------- */
+
+int flow__host_target(flow_node *n, flow_target *t)
+{
+    pthread_mutex_lock(&n->lock);
+    int free_i = -1, rc = 0;
+    for (int i = 0; i < FLOW_FLOWS_MAX; i++) {
+        struct flow__hosted *h = &n->hosted[i];
+        if (h->t == NULL && free_i < 0)
+            free_i = i;
+        if (h->t != NULL && h->index == t->index && strcmp(h->name, t->desc.name) == 0)
+            rc = FK_EBUSY;
+    }
+    if (rc == 0 && free_i < 0)
+        rc = FK_ENOMEM;
+    if (rc == 0) {
+        snprintf(n->hosted[free_i].name, FLOW_NAME_MAX, "%s", t->desc.name);
+        n->hosted[free_i].index = t->index;
+        n->hosted[free_i].t = t;
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc;
+}
+
+void flow__unhost_target(flow_node *n, flow_target *t)
+{
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < FLOW_FLOWS_MAX; i++)
+        if (n->hosted[i].t == t)
+            n->hosted[i].t = NULL;
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* ---- control handler (progress thread) -------------------------------------------------- */
+
+static int on_attach(flow_node *n, uint64_t peer, const void *req, size_t len, void *resp,
+                     size_t cap)
+{
+    struct flow__attach_req a;
+    if (len != sizeof(a) || cap < sizeof(struct flow__attach_resp))
+        return FK_EMALFORMED;
+    memcpy(&a, req, sizeof(a));
+    a.h.name[FLOW_NAME_MAX - 1] = '\0';
+    a.source_node[FAB_ADDR_MAX - 1] = '\0';
+    int rc = FK_ENOTFOUND; /* not open yet: the source retries */
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < FLOW_FLOWS_MAX; i++) {
+        struct flow__hosted *h = &n->hosted[i];
+        if (h->t != NULL && h->index == (int)a.h.arg && strcmp(h->name, a.h.name) == 0) {
+            rc = flow__target_attach(h->t, peer, &a, resp);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc < 0 ? rc : (int)sizeof(struct flow__attach_resp);
+}
+
+/* JOIN_TARGET and LEAVE_TARGET, answered by the flow's home node. */
+static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void *req, size_t len,
+                         void *resp, size_t cap)
+{
+    if (cap < sizeof(struct flow__desc))
+        return FK_EMALFORMED;
+    pthread_mutex_lock(&n->lock);
+    struct flow__desc *d = find_desc(n, h->name);
+    int rc = d == NULL ? FK_EUNKNOWN_FLOW : 0;
+    if (rc == 0 && h->type == FLOW__MSG_JOIN_TARGET) {
+        char addr[FAB_ADDR_MAX] = {0};
+        if (len != sizeof(*h) + FAB_ADDR_MAX)
+            rc = FK_EMALFORMED;
+        else
+            memcpy(addr, (const uint8_t *)req + sizeof(*h), FAB_ADDR_MAX - 1);
+        uint32_t idx = 0;
+        while (rc == 0 && idx < d->ntargets && d->targets[idx][0] != '\0')
+            idx++;
+        if (rc == 0 && idx >= d->opts.max_targets)
+            rc = FK_EFULL;
+        if (rc == 0) {
+            memcpy(d->targets[idx], addr, FAB_ADDR_MAX);
+            if (idx == d->ntargets)
+                d->ntargets++;
+            d->version++;
+        }
+    } else if (rc == 0) {
+        if (h->arg >= d->ntargets)
+            rc = FK_EINVAL;
+        else {
+            d->targets[h->arg][0] = '\0';
+            d->version++;
+        }
+    }
+    if (rc == 0)
+        memcpy(resp, d, sizeof(*d));
+    pthread_mutex_unlock(&n->lock);
+    return rc < 0 ? rc : (int)sizeof(*d);
+}
+
+static int on_seq_info(flow_node *n, const struct flow__msg_hdr *h, void *resp, size_t cap)
+{
+    if (cap < sizeof(struct flow__seq_resp))
+        return FK_EMALFORMED;
+    int rc = FK_ENOTFOUND;
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < SEQ_MAX; i++) {
+        struct flow__seq *s = &n->seqs[i];
+        if (s->mr != NULL && strcmp(s->name, h->name) == 0) {
+            struct flow__seq_resp r = {.counter = fab_mr_rkey(s->mr), .session = s->session};
+            memcpy(resp, &r, sizeof(r));
+            rc = (int)sizeof(r);
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    return rc;
+}
+
+static int on_call(void *data, uint64_t peer, const void *req, size_t len, void *resp, size_t cap)
+{
+    flow_node *n = data;
+    struct flow__msg_hdr h;
+    if (len < sizeof(h))
+        return FK_EMALFORMED;
+    memcpy(&h, req, sizeof(h));
+    h.name[FLOW_NAME_MAX - 1] = '\0';
+    switch (h.type) {
+    case FLOW__MSG_DECLARE: {
+        struct flow__desc d;
+        if (len != sizeof(h) + sizeof(d))
+            return FK_EMALFORMED;
+        memcpy(&d, (const uint8_t *)req + sizeof(h), sizeof(d));
+        d.name[FLOW_NAME_MAX - 1] = '\0';
+        return flow__store_desc(n, &d);
+    }
+    case FLOW__MSG_DESCRIBE: {
+        struct flow__desc d;
+        if (cap < sizeof(d))
+            return FK_EMALFORMED;
+        int rc = local_desc(n, h.name, &d);
+        if (rc < 0)
+            return rc;
+        memcpy(resp, &d, sizeof(d));
+        return (int)sizeof(d);
+    }
+    case FLOW__MSG_ATTACH:
+        return on_attach(n, peer, req, len, resp, cap);
+    case FLOW__MSG_JOIN_TARGET:
+    case FLOW__MSG_LEAVE_TARGET:
+        return on_membership(n, &h, req, len, resp, cap);
+    case FLOW__MSG_SEQ_INFO:
+        return on_seq_info(n, &h, resp, cap);
+    }
+    return FK_EMALFORMED;
+}
+
+static void on_close(void *data, uint64_t peer)
+{
+    flow_node *n = data;
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < FLOW_FLOWS_MAX; i++)
+        if (n->hosted[i].t != NULL)
+            flow__target_peer_closed(n->hosted[i].t, peer);
+    pthread_mutex_unlock(&n->lock);
+}
+
+/* ---- node lifetime -------------------------------------------------------------------------- */
+
+int flow_node_create(const struct flow_node_config *cfg, flow_node **out)
+{
+    struct flow_node_config dflt;
+    if (out == NULL)
+        return FK_EINVAL;
+    if (cfg == NULL) {
+        flow_node_config_default(&dflt);
+        cfg = &dflt;
+    }
+    flow_node *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return FK_ENOMEM;
+    int rc = fab_node_create(&cfg->fabric, &n->fab);
+    if (rc < 0) {
+        free(n);
+        return rc;
+    }
+    n->mem_limit = cfg->mem_limit;
+    pthread_mutex_init(&n->lock, NULL);
+    fab_node_set_handlers(n->fab, on_call, on_close, n);
+    *out = n;
+    return 0;
+}
+
+void flow_node_destroy(flow_node *n)
+{
+    if (n == NULL)
+        return;
+    fab_node_set_handlers(n->fab, NULL, NULL, NULL);
+    for (int i = 0; i < FLOW_FLOWS_MAX; i++)
+        assert(n->hosted[i].t == NULL && "flow_node_destroy with a target still open");
+    for (int i = 0; i < SEQ_MAX; i++) {
+        if (n->seqs[i].mr != NULL) {
+            fab_mr_dereg(n->seqs[i].mr);
+            free(n->seqs[i].words);
+        }
+    }
+    fab_node_destroy(n->fab);
+    pthread_mutex_destroy(&n->lock);
+    free(n);
+}
+
+/* ---- declaration ----------------------------------------------------------------------------- */
+
+void flow_opts_default(struct flow_opts *o, enum flow_kind kind, enum flow_mode mode)
+{
+    memset(o, 0, sizeof(*o));
+    o->kind = kind;
+    o->mode = mode;
+    o->gap_timeout_ns = FLOW__DEFAULT_GAP_NS;
+}
+
+void flow__geom(const struct flow__desc *d, struct flow__geom *g)
+{
+    uint32_t ts = d->schema.tuple_size;
+    if (d->opts.mode == FLOW_LATENCY) {
+        g->tuples_per_seg = 1; /* DFI section 5.3: a segment is one tuple */
+        g->seg_payload = ts;
+    } else {
+        g->tuples_per_seg = d->opts.segment_bytes / ts;
+        g->seg_payload = g->tuples_per_seg * ts;
+    }
+    g->seg_stride = g->seg_payload + FLOW__FOOTER_BYTES;
+    g->nseg = d->opts.segments;
+    g->ring_bytes = FLOW__CTRL_BYTES + (uint64_t)g->nseg * g->seg_stride;
+}
+
+static int check_opts(struct flow_opts *o, const struct flow_schema *s, int nsources, int ntargets)
+{
+    if (o->kind < FLOW_SHUFFLE || o->kind > FLOW_COMBINER || o->mode < FLOW_BANDWIDTH ||
+        o->mode > FLOW_LATENCY)
+        return FK_EINVAL;
+    if (o->segment_bytes == 0)
+        o->segment_bytes = FLOW__DEFAULT_SEG_BYTES;
+    if (o->segments == 0)
+        o->segments = o->mode == FLOW_LATENCY ? FLOW__DEFAULT_SEGS_LAT : FLOW__DEFAULT_SEGS_BW;
+    if (o->max_sources == 0)
+        o->max_sources = (uint32_t)nsources;
+    if (o->max_targets == 0)
+        o->max_targets = (uint32_t)ntargets;
+    if (o->gap_timeout_ns == 0)
+        o->gap_timeout_ns = FLOW__DEFAULT_GAP_NS;
+    if (o->segment_bytes < s->tuple_size || o->segment_bytes > FLOW__SEG_BYTES_MAX ||
+        o->segments < 2 || o->segments > FLOW__SEGS_MAX || o->max_sources < (uint32_t)nsources ||
+        o->max_sources == 0 || o->max_sources > FLOW_SOURCES_MAX ||
+        o->max_targets < (uint32_t)ntargets || o->max_targets > FLOW_TARGETS_MAX)
+        return FK_EINVAL;
+    if (o->kind == FLOW_COMBINER && (o->max_targets != 1 || ntargets != 1))
+        return FK_EINVAL;
+    if (o->kind == FLOW_COMBINER && flow_schema_offset(s, o->agg_column) < 0)
+        return FK_EINVAL;
+    if (o->kind == FLOW_COMBINER && (o->agg < FLOW_SUM || o->agg > FLOW_MAX))
+        return FK_EINVAL;
+    if ((o->multicast || o->ordered) && o->kind != FLOW_REPLICATE)
+        return FK_EINVAL;
+    if (o->ordered && o->sequencer[0] == '\0')
+        return FK_EINVAL;
+    if (o->multicast && (o->group[0] == '\0' || o->mode != FLOW_LATENCY))
+        return FK_EINVAL; /* multicast sends each tuple as one datagram */
+    return 0;
+}
+
+int flow_declare(flow_node *n, const char *name, const struct flow_schema *schema, int nsources,
+                 const char *const *targets, int ntargets, const struct flow_opts *opts)
+{
+    if (n == NULL || name == NULL || name[0] == '\0' || strlen(name) >= FLOW_NAME_MAX ||
+        schema == NULL || schema->tuple_size == 0 || targets == NULL || opts == NULL ||
+        nsources < 0 || ntargets < 1 || ntargets > FLOW_TARGETS_MAX)
+        return FK_EINVAL;
+    struct flow__desc *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return FK_ENOMEM;
+    snprintf(d->name, sizeof(d->name), "%s", name);
+    snprintf(d->home, sizeof(d->home), "%s", flow_node_addr(n));
+    d->version = 1;
+    d->nsources = (uint32_t)nsources;
+    d->ntargets = (uint32_t)ntargets;
+    d->schema = *schema;
+    d->opts = *opts;
+    int rc = check_opts(&d->opts, schema, nsources, ntargets);
+    for (int i = 0; rc == 0 && i < ntargets; i++) {
+        if (targets[i] == NULL || strlen(targets[i]) >= FAB_ADDR_MAX)
+            rc = FK_EINVAL;
+        else
+            snprintf(d->targets[i], FAB_ADDR_MAX, "%s", targets[i]);
+    }
+    if (rc == 0) {
+        struct flow__desc have;
+        if (local_desc(n, name, &have) == 0)
+            rc = FK_EEXIST;
+    }
+    if (rc == 0)
+        rc = flow__publish(n, d);
+    free(d);
+    return rc;
+}
+
+int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
+{
+    struct flow__desc d;
+    if (n == NULL || name == NULL || session == 0 || session > 0xffff)
+        return FK_EINVAL;
+    int rc = flow__describe(n, name, NULL, &d);
+    if (rc < 0)
+        return rc;
+    if (!d.opts.ordered)
+        return FK_EINVAL;
+    uint64_t *words = aligned_alloc(64, 64);
+    if (words == NULL)
+        return FK_ENOMEM;
+    memset(words, 0, 64);
+    words[1] = session;
+    fab_mr *mr;
+    rc = fab_mr_reg(n->fab, words, 64, &mr);
+    if (rc < 0) {
+        free(words);
+        return rc;
+    }
+    pthread_mutex_lock(&n->lock);
+    int slot = -1;
+    for (int i = 0; i < SEQ_MAX && slot < 0; i++)
+        if (n->seqs[i].mr == NULL)
+            slot = i;
+    if (slot >= 0)
+        n->seqs[slot] = (struct flow__seq){.session = session, .words = words, .mr = mr};
+    if (slot >= 0)
+        snprintf(n->seqs[slot].name, FLOW_NAME_MAX, "%s", name);
+    pthread_mutex_unlock(&n->lock);
+    if (slot < 0) {
+        fab_mr_dereg(mr);
+        free(words);
+        return FK_ENOMEM;
+    }
+    flow__mem_charge(n, 64);
+    snprintf(d.opts.sequencer, FAB_ADDR_MAX, "%s", flow_node_addr(n));
+    d.seq_session = session;
+    d.version++;
+    return flow__publish(n, &d);
+}

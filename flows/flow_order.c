@@ -1,0 +1,129 @@
+/*
+ * flow_order.c: global order at the targets of an ordered replicate flow
+ * over rings (DFI section 5.4; NOPaxos's ordered unreliable multicast,
+ * OSDI 2016 section 4).
+ *
+ * Every segment carries (session, seq) taken from the sequencer by one
+ * fetch-and-add. Each source's ring holds its segments in increasing seq, so
+ * the next deliverable segment is always at the head of some ring: the
+ * target scans the heads and delivers the one with seq == expected, in place
+ * (no copy). A head with an older session or seq is a late duplicate and is
+ * dropped. When a later seq is visible but expected has not come for
+ * gap_timeout_ns, the consumer gets FK_EGAP(expected) and the flow moves on;
+ * a head with a newer session ends the old one: the consumer gets
+ * FK_ESESSION and numbering restarts at 0.
+ */
+#include "flow_internal.h"
+
+#include "fk_error.h"
+#include "fk_time.h"
+
+#include <assert.h>
+#include <stdlib.h>
+
+struct flow__order {
+    uint32_t session;
+    uint64_t expected;
+    uint64_t wait_since; /* when a later seq was first seen; 0 = not waiting */
+};
+
+int flow__order_init(flow_target *t)
+{
+    t->order = calloc(1, sizeof(*t->order));
+    if (t->order == NULL)
+        return FK_ENOMEM;
+    t->order->session = t->desc.seq_session;
+    return 0;
+}
+
+void flow__order_free(flow_target *t)
+{
+    free(t->order);
+    t->order = NULL;
+}
+
+/* What the scan of ring heads found. */
+struct scan {
+    int deliver;          /* slot holding expected, or -1 */
+    int later;            /* some head of this session is beyond expected */
+    uint32_t new_session; /* smallest newer session seen, 0 = none */
+};
+
+static void scan_heads(flow_target *t, struct scan *sc)
+{
+    struct flow__order *o = t->order;
+    sc->deliver = -1;
+    sc->later = 0;
+    sc->new_session = 0;
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        uint64_t st;
+        while (flow__head_state(t, i, &st)) {
+            struct flow__slot *s = &t->slots[i];
+            uint64_t seq = flow__footer_of(t, flow__seg(t, i, s->head))->seq;
+            uint32_t sess = FOOT_SESSION(st);
+            if (sess < o->session || (sess == o->session && seq < o->expected)) {
+                flow__release_head(t, i); /* late duplicate or old session */
+                continue;
+            }
+            if (sess > o->session) {
+                if (sc->new_session == 0 || sess < sc->new_session)
+                    sc->new_session = sess;
+            } else if (seq == o->expected) {
+                sc->deliver = (int)i;
+            } else {
+                sc->later = 1;
+            }
+            break;
+        }
+    }
+}
+
+int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline)
+{
+    struct flow__order *o = t->order;
+    (void)deadline;
+    if (t->release_slot >= 0) {
+        flow__release_head(t, (uint32_t)t->release_slot);
+        t->release_slot = -1;
+    }
+    struct scan sc;
+    scan_heads(t, &sc);
+    if (sc.deliver >= 0) {
+        uint32_t i = (uint32_t)sc.deliver;
+        struct flow__slot *s = &t->slots[i];
+        uint8_t *seg = flow__seg(t, i, s->head);
+        uint64_t st = fab_load64(&flow__footer_of(t, seg)->state);
+        assert(s->pos < FOOT_COUNT(st));
+        item->tuple = seg + (uint64_t)s->pos * t->desc.schema.tuple_size;
+        item->seq = o->expected;
+        item->session = o->session;
+        item->source = (int)i;
+        if (++s->pos == FOOT_COUNT(st)) {
+            t->release_slot = (int)i;
+            o->expected++;
+        }
+        o->wait_since = 0;
+        return 0;
+    }
+    if (sc.new_session != 0) {
+        o->session = sc.new_session;
+        o->expected = 0;
+        o->wait_since = 0;
+        item->session = o->session;
+        item->seq = 0;
+        return FK_ESESSION;
+    }
+    if (sc.later) {
+        uint64_t now = fk_now_ns();
+        if (o->wait_since == 0) {
+            o->wait_since = now;
+        } else if (now - o->wait_since >= t->desc.opts.gap_timeout_ns) {
+            item->seq = o->expected++;
+            item->session = o->session;
+            item->tuple = NULL;
+            o->wait_since = 0;
+            return FK_EGAP;
+        }
+    }
+    return flow__all_ended(t) ? FK_EEND : FK_EAGAIN;
+}

@@ -1,0 +1,650 @@
+/*
+ * flow_source.c: the source side of ring-based flows (DFI sections 5.1 to
+ * 5.4): staging tuples into segments, writing them into the target's ring
+ * with one one-sided write, and learning free space.
+ *
+ * Free space: the source counts segments it sent; the target publishes how
+ * many it consumed. Bandwidth mode pulls that counter with a one-sided read,
+ * lazily: a read is issued once half the ring is in flight and waited for
+ * only when the ring is full. Latency mode gets it pushed: the target writes
+ * its count into this source's registered credit word every quarter ring.
+ * Selective signaling: one signaled write per ring wrap (DFI section 5.2),
+ * whose completion also bounds the fabric's outstanding work.
+ */
+#include "flow_internal.h"
+
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define COOKIE_READ  1u
+#define COOKIE_WRITE 2u
+#define COOKIE_END   3u
+
+static const char *target_addr(const flow_source *s, int k)
+{
+    return s->desc.targets[k];
+}
+
+/* Handles completions of target k without blocking. */
+static int reap(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    struct fab_wc wc[8];
+    int n;
+    while ((n = fab_poll(st->conn, wc, 8)) > 0) {
+        for (int i = 0; i < n; i++) {
+            if (wc[i].status < 0) {
+                st->state = 2; /* remote error: the target is gone */
+                return FK_ECLOSED;
+            }
+            if (wc[i].cookie == COOKIE_READ) {
+                st->read_pending = 0;
+                uint64_t v = __atomic_load_n(st->read_buf, __ATOMIC_ACQUIRE);
+                if (v > st->consumed)
+                    st->consumed = v;
+            } else {
+                assert(st->signaled > 0);
+                st->signaled--;
+            }
+        }
+    }
+    if (n < 0) {
+        st->state = 2;
+        return FK_ECLOSED;
+    }
+    return 0;
+}
+
+static uint64_t ctrl_addr(const struct flow__starget *st)
+{
+    return st->ring.addr; /* consumed counter: first word of the ring */
+}
+
+static int post_consumed_read(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    if (st->read_pending)
+        return 0;
+    int rc = fab_post_read(st->conn, s->mr, st->read_buf, 8, ctrl_addr(st), st->ring.key,
+                           COOKIE_READ, 0);
+    if (rc == 0)
+        st->read_pending = 1;
+    return rc;
+}
+
+/* Learns the target's consumed count: from the credit word (latency) or the
+ * last completed read (bandwidth). */
+static void refresh_consumed(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    if (s->desc.opts.mode == FLOW_LATENCY) {
+        uint64_t v = fab_load64(&s->credits[k]);
+        if (v > st->consumed)
+            st->consumed = v;
+    }
+}
+
+/* Waits until target k's ring has a free segment (a slow consumer stalls
+ * the source here, never overwritten: DFI section 5.3). */
+static int wait_space(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    uint64_t deadline = 0;
+    for (;;) {
+        int rc = reap(s, k);
+        if (rc < 0)
+            return rc;
+        refresh_consumed(s, k);
+        uint64_t inflight = st->sent - st->consumed;
+        if (s->desc.opts.mode == FLOW_BANDWIDTH && inflight >= s->geom.nseg / 2)
+            post_consumed_read(s, k);
+        if (inflight < s->geom.nseg)
+            return 0;
+        uint64_t now = fk_now_ns();
+        if (deadline == 0)
+            deadline = now + s->timeout_ns;
+        if (now >= deadline)
+            return FK_ETIMEDOUT;
+        if (s->desc.opts.mode == FLOW_BANDWIDTH) {
+            fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
+            if (!st->read_pending)
+                post_consumed_read(s, k);
+        } else {
+            uint64_t bell = fab_node_doorbell(flow__fab(s->node));
+            refresh_consumed(s, k);
+            if (st->sent - st->consumed >= s->geom.nseg)
+                fab_node_wait(flow__fab(s->node), bell, 10 * FK_NSEC_PER_MSEC);
+        }
+    }
+}
+
+/* Writes one staged segment (fill tuples, footer fields) to target k. */
+static int send_segment(flow_source *s, int k, uint8_t *stage, uint32_t fill, uint64_t seq,
+                        uint64_t flags)
+{
+    struct flow__starget *st = &s->t[k];
+    if (st->state != 1)
+        return FK_ECLOSED;
+    int rc = wait_space(s, k);
+    if (rc < 0)
+        return rc;
+    struct flow__footer *f = (struct flow__footer *)(void *)(stage + s->geom.seg_payload);
+    f->seq = seq;
+    f->state = FOOT_STATE(fill, s->session, flags);
+    uint64_t at = st->ring.addr + FLOW__CTRL_BYTES + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+    /* One signaled write per ring wrap, and for end-of-flow (close waits). */
+    unsigned sig =
+        (st->sent % s->geom.nseg == s->geom.nseg - 1 || (flags & FOOT_END)) ? FAB_SIGNALED : 0;
+    uint64_t cookie = (flags & FOOT_END) ? COOKIE_END : COOKIE_WRITE;
+    if (sig && st->signaled >= FAB_CONN_DEPTH / 2) {
+        while (st->signaled >= FAB_CONN_DEPTH / 2 && (rc = reap(s, k)) == 0)
+            fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
+        if (rc < 0)
+            return rc;
+    }
+    uint32_t bytes = fill * s->desc.schema.tuple_size;
+    if (fill == s->geom.tuples_per_seg) {
+        rc = fab_post_write(st->conn, s->mr, stage, s->geom.seg_stride, at, st->ring.key, cookie,
+                            sig);
+    } else {
+        /* Partial segment: payload, then the footer after it, as one batch. */
+        rc = bytes
+                 ? fab_post_write(st->conn, s->mr, stage, bytes, at, st->ring.key, cookie, FAB_MORE)
+                 : 0;
+        if (rc == 0)
+            rc = fab_post_write(st->conn, s->mr, f, FLOW__FOOTER_BYTES, at + s->geom.seg_payload,
+                                st->ring.key, cookie, sig);
+    }
+    if (rc < 0) {
+        st->state = 2;
+        return rc == FK_EUNREACHABLE || rc == FK_EPOISONED ? FK_ECLOSED : rc;
+    }
+    if (sig)
+        st->signaled++;
+    st->sent++;
+    return 0;
+}
+
+/* The buffer of target k's current segment; waits for ring space first when
+ * a new segment begins, so the buffer is free on both sides. */
+static int stage_for(flow_source *s, int k, uint8_t **out)
+{
+    struct flow__starget *st = &s->t[k];
+    if (st->fill == 0) {
+        int rc = wait_space(s, k);
+        if (rc < 0)
+            return rc;
+    }
+    *out = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+    return 0;
+}
+
+/* ---- sequencer (ordered replicate, DFI section 5.4) ------------------------------------ */
+
+static int seq_connect(flow_source *s)
+{
+    struct flow__msg_hdr h = {.type = FLOW__MSG_SEQ_INFO};
+    struct flow__seq_resp r;
+    snprintf(h.name, sizeof(h.name), "%s", s->desc.name);
+    int rc = fab_connect(flow__fab(s->node), s->desc.opts.sequencer, FLOW__CALL_TIMEOUT_NS,
+                         &s->seq_conn);
+    if (rc < 0)
+        return rc;
+    rc = fab_call(s->seq_conn, &h, sizeof(h), &r, sizeof(r), FLOW__CALL_TIMEOUT_NS);
+    if (rc != (int)sizeof(r)) {
+        fab_conn_close(s->seq_conn);
+        s->seq_conn = NULL;
+        return rc < 0 ? rc : FK_EPROTO;
+    }
+    s->seq_counter = r.counter;
+    s->session = r.session;
+    return 0;
+}
+
+/* Looks for a newer declaration (a moved sequencer) at every node that
+ * stores the flow. */
+static void seq_rediscover(flow_source *s)
+{
+    struct flow__desc d;
+    for (uint32_t i = 0; i <= s->desc.ntargets; i++) {
+        const char *hint = i < s->desc.ntargets ? s->desc.targets[i] : s->desc.home;
+        if (hint[0] != '\0' && flow__describe(s->node, s->desc.name, hint, &d) == 0 &&
+            d.version > s->desc.version) {
+            memcpy(s->desc.opts.sequencer, d.opts.sequencer, FAB_ADDR_MAX);
+            s->desc.version = d.version;
+            return;
+        }
+    }
+}
+
+/* Takes the next global sequence number with one fetch-and-add at the
+ * sequencer; moves to a new sequencer (new session) if this one is gone. */
+int flow__seq_take(flow_source *s, uint64_t *seq)
+{
+    uint64_t deadline = fk_now_ns() + s->timeout_ns;
+    for (unsigned backoff = 1;; backoff = backoff < 64 ? backoff * 2 : 64) {
+        int rc = s->seq_conn ? 0 : seq_connect(s);
+        if (rc == 0)
+            rc = fab_post_faa(s->seq_conn, s->seq_counter.addr, s->seq_counter.key, 1, 0, 0);
+        while (rc == 0) {
+            struct fab_wc wc;
+            int n = fab_poll(s->seq_conn, &wc, 1);
+            if (n == 1) {
+                if (wc.status == 0) {
+                    *seq = wc.value;
+                    return 0;
+                }
+                rc = wc.status;
+            } else if (n < 0) {
+                rc = n;
+            } else if (fab_conn_wait(s->seq_conn, s->timeout_ns) < 0) {
+                rc = FK_ETIMEDOUT;
+            }
+        }
+        if (s->seq_conn != NULL)
+            fab_conn_close(s->seq_conn);
+        s->seq_conn = NULL;
+        if (fk_now_ns() >= deadline)
+            return FK_EUNREACHABLE;
+        fk_sleep_ns(backoff * FK_NSEC_PER_MSEC);
+        seq_rediscover(s);
+    }
+}
+
+static int alloc_stages(flow_source *s, int k);
+
+/* ---- attach ------------------------------------------------------------------------------- */
+
+/* Connects to target k and takes a ring slot there, retrying while the
+ * target is not open yet (its node answers FK_ENOTFOUND). */
+static int attach_one(flow_source *s, int k, uint64_t deadline)
+{
+    struct flow__starget *st = &s->t[k];
+    struct flow__attach_req req;
+    struct flow__attach_resp resp;
+    memset(&req, 0, sizeof(req));
+    req.h.type = FLOW__MSG_ATTACH;
+    req.h.arg = (uint32_t)k;
+    snprintf(req.h.name, sizeof(req.h.name), "%s", s->desc.name);
+    req.slot = s->index;
+    snprintf(req.source_node, sizeof(req.source_node), "%s", flow_node_addr(s->node));
+    req.credit = fab_mr_rkey(s->mr);
+    req.credit.addr = (uint64_t)(uintptr_t)&s->credits[k];
+    req.credit.len = 8;
+    fab_node *fab = flow__fab(s->node);
+    int rc;
+    for (unsigned backoff = 1;; backoff = backoff < 32 ? backoff * 2 : 32) {
+        rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), FLOW__CALL_TIMEOUT_NS, &st->conn);
+        if (rc == 0)
+            rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), FLOW__CALL_TIMEOUT_NS);
+        if (rc == (int)sizeof(resp))
+            break;
+        if (rc >= 0)
+            rc = FK_EPROTO;
+        if (rc != FK_ENOTFOUND || fk_now_ns() >= deadline) {
+            if (st->conn != NULL)
+                fab_conn_close(st->conn);
+            st->conn = NULL;
+            return rc == FK_ENOTFOUND ? FK_ETIMEDOUT : rc;
+        }
+        fk_sleep_ns(backoff * FK_NSEC_PER_MSEC);
+    }
+    st->slot = resp.slot;
+    st->ring = resp.ring;
+    memcpy(st->mcast_ep, resp.mcast_ep, FAB_ADDR_MAX);
+    st->sent = st->consumed = 0;
+    st->fill = 0;
+    st->signaled = 0;
+    st->read_pending = 0;
+    fab_store64(&s->credits[k], 0);
+    st->state = 1;
+    return 0;
+}
+
+static void detach_one(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    if (st->conn != NULL)
+        fab_conn_close(st->conn);
+    st->conn = NULL;
+    st->state = 2;
+}
+
+/* Makes target k usable: attaches to a target that joined after this source
+ * opened (asking the home node for the newest declaration). */
+static int ensure_target(flow_source *s, int k)
+{
+    if (k < 0 || k >= FLOW_TARGETS_MAX)
+        return FK_EINVAL;
+    if (s->t[k].state == 1)
+        return 0;
+    struct flow__desc d;
+    if (flow__describe(s->node, s->desc.name, s->desc.home, &d) < 0)
+        return FK_ECLOSED;
+    if ((uint32_t)k >= d.ntargets)
+        return FK_EINVAL;
+    if (d.targets[k][0] == '\0' ||
+        (s->t[k].state == 2 && strcmp(d.targets[k], s->desc.targets[k]) == 0 &&
+         d.version == s->desc.version))
+        return FK_ECLOSED;
+    s->desc.ntargets = d.ntargets;
+    s->desc.version = d.version;
+    memcpy(s->desc.targets, d.targets, sizeof(d.targets));
+    detach_one(s, k);
+    if (alloc_stages(s, k) < 0)
+        return FK_ENOMEM;
+    return attach_one(s, k, fk_now_ns() + s->timeout_ns) < 0 ? FK_ECLOSED : 0;
+}
+
+/* ---- push -------------------------------------------------------------------------------- */
+
+static int route(flow_source *s, const void *tuple)
+{
+    int n = (int)s->desc.ntargets;
+    if (s->route != NULL) {
+        int k = s->route(tuple, n, s->route_data);
+        return k >= 0 && k < n ? k : FK_EINVAL;
+    }
+    const struct flow_schema *sc = &s->desc.schema;
+    const uint8_t *key = (const uint8_t *)tuple + sc->cols[sc->key].offset;
+    uint64_t h = XXH64(key, sc->cols[sc->key].size, 0);
+    int k = (int)(h % (uint64_t)n);
+    /* A departed target's keys go to the next live one. */
+    for (int i = 0; i < n && s->t[(k + i) % n].state != 1; i++)
+        if (i == n - 1)
+            return FK_ECLOSED;
+    while (s->t[k].state != 1)
+        k = (k + 1) % n;
+    return k;
+}
+
+static int push_one(flow_source *s, int k, const void *tuple)
+{
+    struct flow__starget *st = &s->t[k];
+    uint8_t *stage;
+    int rc = stage_for(s, k, &stage);
+    if (rc < 0)
+        return rc;
+    memcpy(stage + (uint64_t)st->fill * s->desc.schema.tuple_size, tuple,
+           s->desc.schema.tuple_size);
+    if (++st->fill == s->geom.tuples_per_seg) {
+        st->fill = 0;
+        return send_segment(s, k, stage, s->geom.tuples_per_seg, 0, 0);
+    }
+    return 0;
+}
+
+/* Seals the current replicate segment at every live target, stamped with
+ * one global sequence number when the flow is ordered. */
+static int replicate_seal(flow_source *s, uint64_t flags)
+{
+    uint64_t seq = 0;
+    int rc = 0;
+    if (s->desc.opts.ordered && (s->rfill > 0 || !(flags & FOOT_END)))
+        rc = flow__seq_take(s, &seq);
+    if (flags & FOOT_END)
+        seq = UINT64_MAX; /* end-of-flow takes no sequence number */
+    for (uint32_t k = 0; rc == 0 && k < s->desc.ntargets; k++) {
+        struct flow__starget *st = &s->t[k];
+        if (st->state != 1)
+            continue;
+        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+        int r = send_segment(s, (int)k, stage, st->fill, seq, flags);
+        st->fill = 0;
+        if (r < 0 && r != FK_ECLOSED)
+            rc = r;
+    }
+    s->rfill = 0;
+    return rc;
+}
+
+static int replicate_push(flow_source *s, const void *tuple)
+{
+    int live = 0;
+    for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+        struct flow__starget *st = &s->t[k];
+        if (st->state != 1)
+            continue;
+        uint8_t *stage;
+        if (st->fill == 0 && s->rfill > 0)
+            continue; /* joined mid-segment: starts with the next one */
+        int rc = stage_for(s, (int)k, &stage);
+        if (rc == FK_ECLOSED)
+            continue;
+        if (rc < 0)
+            return rc;
+        memcpy(stage + (uint64_t)st->fill * s->desc.schema.tuple_size, tuple,
+               s->desc.schema.tuple_size);
+        st->fill++;
+        live++;
+    }
+    if (live == 0)
+        return FK_ECLOSED;
+    if (++s->rfill == s->geom.tuples_per_seg)
+        return replicate_seal(s, 0);
+    return 0;
+}
+
+static int check_push(flow_source *s, const void *tuple, size_t size)
+{
+    if (s == NULL || tuple == NULL)
+        return FK_EINVAL;
+    if (!FLOW__OWNER_OK(s))
+        return FK_EWRONG_THREAD;
+    if (size != s->desc.schema.tuple_size)
+        return FK_ESCHEMA;
+    return 0;
+}
+
+int flow_push(flow_source *s, const void *tuple, size_t size)
+{
+    int rc = check_push(s, tuple, size);
+    if (rc < 0)
+        return rc;
+    if (s->mc != NULL)
+        return flow__mc_push(s, tuple);
+    if (s->desc.opts.kind == FLOW_REPLICATE)
+        return replicate_push(s, tuple);
+    int k = s->desc.opts.kind == FLOW_COMBINER ? 0 : route(s, tuple);
+    if (k < 0)
+        return k;
+    return push_one(s, k, tuple);
+}
+
+int flow_push_to(flow_source *s, int target, const void *tuple, size_t size)
+{
+    int rc = check_push(s, tuple, size);
+    if (rc < 0)
+        return rc;
+    if (s->desc.opts.kind != FLOW_SHUFFLE)
+        return FK_EINVAL;
+    rc = ensure_target(s, target);
+    if (rc < 0)
+        return rc;
+    return push_one(s, target, tuple);
+}
+
+void flow_source_set_route(flow_source *s, flow_route_fn fn, void *data)
+{
+    s->route = fn;
+    s->route_data = data;
+}
+
+int flow_flush(flow_source *s)
+{
+    if (s == NULL)
+        return FK_EINVAL;
+    if (!FLOW__OWNER_OK(s))
+        return FK_EWRONG_THREAD;
+    if (s->mc != NULL)
+        return 0; /* every multicast tuple leaves at once */
+    if (s->desc.opts.kind == FLOW_REPLICATE)
+        return s->rfill > 0 ? replicate_seal(s, 0) : 0;
+    int rc = 0;
+    for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+        struct flow__starget *st = &s->t[k];
+        if (st->state != 1 || st->fill == 0)
+            continue;
+        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+        uint32_t fill = st->fill;
+        st->fill = 0;
+        int r = send_segment(s, (int)k, stage, fill, 0, 0);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
+/* ---- close and open ------------------------------------------------------------------------ */
+
+/* Sends end-of-flow to every live target and waits until each has applied
+ * it (the signaled END write completes), so the target sees every tuple. */
+static int send_ends(flow_source *s)
+{
+    int rc = 0;
+    if (s->desc.opts.kind == FLOW_REPLICATE) {
+        rc = replicate_seal(s, FOOT_END);
+    } else {
+        for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+            uint8_t *stage;
+            if (s->t[k].state != 1)
+                continue;
+            int r = stage_for(s, (int)k, &stage);
+            if (r == 0)
+                r = send_segment(s, (int)k, stage, 0, UINT64_MAX, FOOT_END);
+            if (r < 0 && r != FK_ECLOSED && rc == 0)
+                rc = r;
+        }
+    }
+    uint64_t deadline = fk_now_ns() + s->timeout_ns;
+    for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+        struct flow__starget *st = &s->t[k];
+        while (st->state == 1 && st->signaled > 0 && reap(s, (int)k) == 0 && fk_now_ns() < deadline)
+            fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
+    }
+    return rc;
+}
+
+static void source_free(flow_source *s)
+{
+    for (int k = 0; k < FLOW_TARGETS_MAX; k++) {
+        struct flow__starget *st = &s->t[k];
+        if (st->conn != NULL)
+            fab_conn_close(st->conn);
+        if (st->stage_mr != NULL)
+            fab_mr_dereg(st->stage_mr);
+        free(st->stages);
+    }
+    if (s->seq_conn != NULL)
+        fab_conn_close(s->seq_conn);
+    if (s->mc != NULL)
+        flow__mc_source_free(s);
+    if (s->mr != NULL)
+        fab_mr_dereg(s->mr);
+    free(s->mem);
+    flow__mem_charge(s->node, -(int64_t)s->mem_bytes);
+    free(s);
+}
+
+int flow_source_close(flow_source *s)
+{
+    if (s == NULL)
+        return FK_EINVAL;
+    if (!FLOW__OWNER_OK(s))
+        return FK_EWRONG_THREAD;
+    int rc = s->mc != NULL ? flow__mc_close(s) : flow_flush(s);
+    if (s->mc == NULL) {
+        int r = send_ends(s);
+        if (rc == 0)
+            rc = r;
+    }
+    source_free(s);
+    return rc == FK_ECLOSED ? 0 : rc;
+}
+
+/* Per-target segment buffers: nseg * (segment payload + 16) bytes each. */
+static int alloc_stages(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    if (st->stages != NULL)
+        return 0;
+    uint64_t bytes = ((uint64_t)s->geom.nseg * s->geom.seg_stride + 63) / 64 * 64;
+    int rc = flow__mem_charge(s->node, (int64_t)bytes);
+    if (rc < 0)
+        return rc;
+    s->mem_bytes += bytes;
+    st->stages = aligned_alloc(64, bytes);
+    if (st->stages == NULL)
+        return FK_ENOMEM;
+    memset(st->stages, 0, bytes);
+    return fab_mr_reg(flow__fab(s->node), st->stages, bytes, &st->stage_mr);
+}
+
+static int source_init(flow_source *s)
+{
+    flow__geom(&s->desc, &s->geom);
+    /* credits[16] and read buffers[16], 8 bytes each, in one region. */
+    uint64_t bytes = 2 * FLOW_TARGETS_MAX * 8;
+    int rc = flow__mem_charge(s->node, (int64_t)bytes);
+    if (rc < 0)
+        return rc;
+    s->mem_bytes = bytes;
+    s->mem = aligned_alloc(64, bytes);
+    if (s->mem == NULL)
+        return FK_ENOMEM;
+    memset(s->mem, 0, bytes);
+    s->credits = (uint64_t *)(void *)s->mem;
+    for (int k = 0; k < FLOW_TARGETS_MAX; k++)
+        s->t[k].read_buf = s->credits + FLOW_TARGETS_MAX + k;
+    rc = fab_mr_reg(flow__fab(s->node), s->mem, bytes, &s->mr);
+    if (rc == 0 && s->desc.opts.multicast)
+        rc = flow__mc_source_init(s);
+    uint64_t deadline = fk_now_ns() + s->timeout_ns;
+    for (uint32_t k = 0; rc == 0 && k < s->desc.ntargets; k++) {
+        if (s->desc.targets[k][0] == '\0') {
+            s->t[k].state = 2;
+            continue;
+        }
+        rc = s->desc.opts.multicast ? 0 : alloc_stages(s, (int)k);
+        if (rc == 0)
+            rc = attach_one(s, (int)k, deadline);
+    }
+    return rc;
+}
+
+int flow_source_open(flow_node *n, const char *name, int index, uint64_t timeout_ns,
+                     flow_source **out)
+{
+    if (n == NULL || name == NULL || out == NULL || strlen(name) >= FLOW_NAME_MAX ||
+        (index < 0 && index != FLOW_ANY))
+        return FK_EINVAL;
+    flow_source *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return FK_ENOMEM;
+    int rc = flow__describe(n, name, NULL, &s->desc);
+    if (rc == 0 && index >= 0 && (uint32_t)index >= s->desc.nsources)
+        rc = FK_EINVAL;
+    if (rc < 0) {
+        free(s);
+        return rc;
+    }
+    s->node = n;
+    s->index = index;
+    s->owner = pthread_self();
+    s->timeout_ns = timeout_ns ? timeout_ns : FLOW_BLOCK_TIMEOUT_NS;
+    s->session = s->desc.seq_session;
+    rc = source_init(s);
+    if (rc < 0) {
+        source_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}

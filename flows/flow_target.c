@@ -1,0 +1,418 @@
+/*
+ * flow_target.c: the target side of ring-based flows (shuffle, unicast
+ * replicate, combiner): ring hosting, source slots (elastic membership) and
+ * consumption in arrival order (DFI sections 5.1 to 5.3).
+ *
+ * Threads. The owner thread consumes. The fabric's progress thread runs
+ * flow__target_attach and flow__target_peer_closed (control plane); they
+ * change slot status under t->lock and publish it with release stores, the
+ * consumer reads status with acquire loads and takes the lock only to
+ * reclaim a slot.
+ */
+#include "flow_internal.h"
+
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SLOT_ENDED = 3 }; /* a declared source ended: its slot is not reused */
+
+uint8_t *flow__seg(const flow_target *t, uint32_t slot, uint64_t segno)
+{
+    return t->mem + (uint64_t)slot * t->geom.ring_bytes + FLOW__CTRL_BYTES +
+           (segno % t->geom.nseg) * t->geom.seg_stride;
+}
+
+struct flow__footer *flow__footer_of(const flow_target *t, uint8_t *seg)
+{
+    return (struct flow__footer *)(void *)(seg + t->geom.seg_payload);
+}
+
+static uint64_t *consumed_word(const flow_target *t, uint32_t slot)
+{
+    return (uint64_t *)(void *)(t->mem + (uint64_t)slot * t->geom.ring_bytes);
+}
+
+/* ---- control plane (progress thread) ----------------------------------------------- */
+
+static int pick_slot(flow_target *t, int32_t want)
+{
+    if (want >= 0) {
+        if ((uint32_t)want >= t->desc.nsources)
+            return FK_EINVAL;
+        uint32_t st = __atomic_load_n(&t->slots[want].status, __ATOMIC_ACQUIRE);
+        return st == SLOT_FREE ? want : FK_EBUSY;
+    }
+    if (want != FLOW_ANY)
+        return FK_EINVAL;
+    /* Joined sources take slots beyond the declared ones (DESIGN.md:
+     * elastic membership; a target pre-sizes max_sources slots). */
+    for (uint32_t i = t->desc.nsources; i < t->nslots; i++)
+        if (__atomic_load_n(&t->slots[i].status, __ATOMIC_ACQUIRE) == SLOT_FREE)
+            return (int)i;
+    return FK_EFULL;
+}
+
+int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach_req *req,
+                        struct flow__attach_resp *resp)
+{
+    pthread_mutex_lock(&t->lock);
+    int slot = t->closed ? FK_ECLOSED : pick_slot(t, req->slot);
+    if (slot >= 0) {
+        struct flow__slot *s = &t->slots[slot];
+        s->peer_id = peer;
+        s->declared = (uint32_t)slot < t->desc.nsources;
+        memcpy(s->source_node, req->source_node, FAB_ADDR_MAX);
+        s->credit = req->credit;
+        __atomic_store_n(&s->dead, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&s->status, SLOT_ATTACHED, __ATOMIC_RELEASE);
+        memset(resp, 0, sizeof(*resp));
+        resp->slot = slot;
+        if (t->mr != NULL) {
+            resp->ring = fab_mr_rkey(t->mr);
+            resp->ring.addr += (uint64_t)slot * t->geom.ring_bytes;
+            resp->ring.len = t->geom.ring_bytes;
+        }
+        if (t->mc != NULL)
+            memcpy(resp->mcast_ep, s->mcast_ep, FAB_ADDR_MAX);
+    }
+    pthread_mutex_unlock(&t->lock);
+    return slot < 0 ? slot : 0;
+}
+
+void flow__target_peer_closed(flow_target *t, uint64_t peer)
+{
+    pthread_mutex_lock(&t->lock);
+    for (uint32_t i = 0; i < t->nslots; i++) {
+        struct flow__slot *s = &t->slots[i];
+        if (s->peer_id == peer && __atomic_load_n(&s->status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED)
+            __atomic_store_n(&s->dead, 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ---- consumer side --------------------------------------------------------------------- */
+
+/* Latency mode: tells the source how far we consumed once a quarter of the
+ * ring is free again (DFI section 5.3: credits refreshed at a threshold). */
+static void send_credit(flow_target *t, uint32_t i)
+{
+    struct flow__slot *s = &t->slots[i];
+    uint32_t threshold = t->geom.nseg / 4 ? t->geom.nseg / 4 : 1;
+    if (t->desc.opts.mode != FLOW_LATENCY || s->head - s->credit_sent < threshold ||
+        s->credit.len == 0)
+        return;
+    if (s->credit_conn == NULL &&
+        fab_connect(flow__fab(t->node), s->source_node, FLOW__CALL_TIMEOUT_NS, &s->credit_conn) < 0)
+        return; /* the source is gone; its slot ends through the close notification */
+    t->credit_stage[i] = s->head;
+    if (fab_post_write(s->credit_conn, t->credit_mr, &t->credit_stage[i], 8, s->credit.addr,
+                       s->credit.key, i, 0) == 0)
+        s->credit_sent = s->head;
+}
+
+/* Releases the head segment of slot i: clear its footer, then publish the
+ * consumed count the source reads (bandwidth) or receives (latency). */
+void flow__release_head(flow_target *t, uint32_t i)
+{
+    struct flow__slot *s = &t->slots[i];
+    struct flow__footer *f = flow__footer_of(t, flow__seg(t, i, s->head));
+    __atomic_store_n(&f->state, 0, __ATOMIC_RELAXED);
+    s->head++;
+    s->pos = 0;
+    fab_store64(consumed_word(t, i), s->head);
+    send_credit(t, i);
+}
+
+/* A source ended (end-of-flow, or its connection died): a joined source's
+ * slot is wiped and freed for the next join; a declared one stays ended. */
+static void end_slot(flow_target *t, uint32_t i)
+{
+    struct flow__slot *s = &t->slots[i];
+    pthread_mutex_lock(&t->lock);
+    if (s->credit_conn != NULL)
+        fab_conn_close(s->credit_conn);
+    s->credit_conn = NULL;
+    if (s->declared)
+        t->declared_ended++;
+    if (t->mem != NULL)
+        memset(t->mem + (uint64_t)i * t->geom.ring_bytes, 0, t->geom.ring_bytes);
+    s->head = 0;
+    s->pos = 0;
+    s->credit_sent = 0;
+    s->peer_id = 0;
+    __atomic_store_n(&s->dead, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->status, s->declared ? SLOT_ENDED : SLOT_FREE, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&t->lock);
+    fk_debug("flows", "flow %s target %d: source slot %u ended", t->desc.name, t->index, i);
+}
+
+/* Whether every source is done: all declared sources ended and no joined
+ * source attached. A flow declared with no sources is a service flow that
+ * never ends. */
+int flow__all_ended(flow_target *t)
+{
+    if (t->desc.nsources == 0 || t->declared_ended < t->desc.nsources)
+        return 0;
+    for (uint32_t i = 0; i < t->nslots; i++)
+        if (__atomic_load_n(&t->slots[i].status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED)
+            return 0;
+    return 1;
+}
+
+/* Inspects slot i's head. Returns 1 with *state when a segment is there,
+ * 0 when empty; ends the slot when its source is finished. */
+int flow__head_state(flow_target *t, uint32_t i, uint64_t *state)
+{
+    struct flow__slot *s = &t->slots[i];
+    if (__atomic_load_n(&s->status, __ATOMIC_ACQUIRE) != SLOT_ATTACHED)
+        return 0;
+    uint32_t dead = __atomic_load_n(&s->dead, __ATOMIC_ACQUIRE);
+    struct flow__footer *f = flow__footer_of(t, flow__seg(t, i, s->head));
+    uint64_t st = fab_load64(&f->state);
+    if (st & FOOT_CONSUMABLE) {
+        if ((st & FOOT_END) && s->pos >= FOOT_COUNT(st)) {
+            end_slot(t, i);
+            return 0;
+        }
+        *state = st;
+        return 1;
+    }
+    if (dead) /* everything it wrote was applied before the close */
+        end_slot(t, i);
+    return 0;
+}
+
+int flow__ring_next(flow_target *t, struct flow_item *item)
+{
+    if (t->release_slot >= 0) {
+        flow__release_head(t, (uint32_t)t->release_slot);
+        t->release_slot = -1;
+    }
+    for (uint32_t k = 0; k < t->nslots; k++) {
+        uint32_t i = (t->cursor + k) % t->nslots;
+        uint64_t st;
+        if (!flow__head_state(t, i, &st))
+            continue;
+        struct flow__slot *s = &t->slots[i];
+        uint8_t *seg = flow__seg(t, i, s->head);
+        if (s->pos >= FOOT_COUNT(st)) { /* an empty segment (flush of nothing) */
+            flow__release_head(t, i);
+            continue;
+        }
+        item->tuple = seg + (uint64_t)s->pos * t->desc.schema.tuple_size;
+        item->seq = flow__footer_of(t, seg)->seq;
+        item->session = FOOT_SESSION(st);
+        item->source = (int)i;
+        s->pos++;
+        /* Stay on this slot while its segment lasts (batching), then move on
+         * so every source is served (fairness). */
+        if (s->pos >= FOOT_COUNT(st) && !(st & FOOT_END)) {
+            t->release_slot = (int)i;
+            t->cursor = i + 1;
+        } else {
+            t->cursor = i;
+        }
+        return 0;
+    }
+    return flow__all_ended(t) ? FK_EEND : FK_EAGAIN;
+}
+
+/* Waits for remote writes (adaptive: the fabric spins, then blocks) in
+ * slices of 10 ms, so a dead source's close notification is noticed. */
+int flow__wait(flow_target *t, uint64_t deadline)
+{
+    uint64_t now = fk_now_ns();
+    if (now >= deadline)
+        return FK_ETIMEDOUT;
+    uint64_t slice = deadline - now;
+    if (slice > 10 * FK_NSEC_PER_MSEC)
+        slice = 10 * FK_NSEC_PER_MSEC;
+    fab_node_wait(flow__fab(t->node), t->bell, slice);
+    return 0;
+}
+
+int flow_consume(flow_target *t, struct flow_item *item, uint64_t timeout_ns)
+{
+    if (t == NULL || item == NULL)
+        return FK_EINVAL;
+    if (!FLOW__OWNER_OK(t))
+        return FK_EWRONG_THREAD;
+    if (t->closed)
+        return FK_ECLOSED;
+    if (t->desc.opts.kind == FLOW_COMBINER)
+        return FK_EINVAL;
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    if (t->mc != NULL)
+        return flow__mc_next(t, item, deadline);
+    for (;;) {
+        t->bell = fab_node_doorbell(flow__fab(t->node));
+        int rc = t->order != NULL ? flow__order_next(t, item, deadline) : flow__ring_next(t, item);
+        if (rc != FK_EAGAIN)
+            return rc;
+        if (flow__wait(t, deadline) < 0)
+            return FK_ETIMEDOUT;
+    }
+}
+
+int flow_target_index(const flow_target *t)
+{
+    return t->index;
+}
+
+/* ---- open, join, close ------------------------------------------------------------------- */
+
+static void target_free_mem(flow_target *t)
+{
+    if (t->mr != NULL)
+        fab_mr_dereg(t->mr);
+    if (t->credit_mr != NULL)
+        fab_mr_dereg(t->credit_mr);
+    free(t->mem);
+    free(t->credit_stage);
+    flow__mem_charge(t->node, -(int64_t)t->mem_bytes);
+    t->mr = t->credit_mr = NULL;
+    t->mem = NULL;
+    t->credit_stage = NULL;
+    t->mem_bytes = 0;
+}
+
+/* Allocates and registers the max_sources rings (none for multicast, whose
+ * tuples arrive as datagrams) and the credit staging words. Memory is
+ * max_sources * (64 + segments * (segment payload + 16)) + max_sources * 8. */
+static int target_alloc(flow_target *t)
+{
+    flow__geom(&t->desc, &t->geom);
+    t->nslots = t->desc.opts.max_sources;
+    uint64_t rings = t->desc.opts.multicast ? 0 : (uint64_t)t->nslots * t->geom.ring_bytes;
+    uint64_t credits = ((uint64_t)t->nslots * 8 + 63) / 64 * 64;
+    int rc = flow__mem_charge(t->node, (int64_t)(rings + credits));
+    if (rc < 0)
+        return rc;
+    t->mem_bytes = rings + credits;
+    t->credit_stage = aligned_alloc(64, credits);
+    if (rings > 0)
+        t->mem = aligned_alloc(64, (rings + 63) / 64 * 64);
+    if (t->credit_stage == NULL || (rings > 0 && t->mem == NULL)) {
+        target_free_mem(t);
+        return FK_ENOMEM;
+    }
+    memset(t->credit_stage, 0, credits);
+    rc = fab_mr_reg(flow__fab(t->node), t->credit_stage, credits, &t->credit_mr);
+    if (rc == 0 && rings > 0) {
+        memset(t->mem, 0, rings);
+        rc = fab_mr_reg(flow__fab(t->node), t->mem, rings, &t->mr);
+    }
+    if (rc < 0)
+        target_free_mem(t);
+    return rc;
+}
+
+static void target_destroy(flow_target *t)
+{
+    for (uint32_t i = 0; i < t->nslots; i++)
+        if (t->slots[i].credit_conn != NULL)
+            fab_conn_close(t->slots[i].credit_conn);
+    if (t->order != NULL)
+        flow__order_free(t);
+    if (t->mc != NULL)
+        flow__mc_target_free(t);
+    if (t->comb != NULL)
+        flow__comb_free(t);
+    target_free_mem(t);
+    pthread_mutex_destroy(&t->lock);
+    free(t);
+}
+
+int flow_target_open(flow_node *n, const char *name, int index, flow_target **out)
+{
+    if (n == NULL || name == NULL || out == NULL || index < 0 || index >= FLOW_TARGETS_MAX)
+        return FK_EINVAL;
+    flow_target *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return FK_ENOMEM;
+    int rc = flow__describe(n, name, NULL, &t->desc);
+    if (rc == 0 && ((uint32_t)index >= t->desc.ntargets ||
+                    strcmp(t->desc.targets[index], flow_node_addr(n)) != 0))
+        rc = FK_EINVAL;
+    if (rc < 0) {
+        free(t);
+        return rc;
+    }
+    t->node = n;
+    t->index = index;
+    t->owner = pthread_self();
+    t->release_slot = -1;
+    pthread_mutex_init(&t->lock, NULL);
+    rc = target_alloc(t);
+    if (rc == 0 && t->desc.opts.multicast)
+        rc = flow__mc_target_init(t);
+    else if (rc == 0 && t->desc.opts.ordered)
+        rc = flow__order_init(t);
+    if (rc == 0 && t->desc.opts.kind == FLOW_COMBINER)
+        rc = flow__comb_init(t);
+    if (rc == 0)
+        rc = flow__host_target(n, t);
+    if (rc < 0) {
+        target_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int flow_target_join(flow_node *n, const char *name, flow_target **out)
+{
+    struct flow__desc d;
+    if (n == NULL || name == NULL || out == NULL || strlen(name) >= FLOW_NAME_MAX)
+        return FK_EINVAL;
+    int rc = flow__describe(n, name, NULL, &d);
+    if (rc < 0)
+        return rc;
+    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
+    struct flow__msg_hdr h = {.type = FLOW__MSG_JOIN_TARGET};
+    snprintf(h.name, sizeof(h.name), "%s", name);
+    memcpy(req, &h, sizeof(h));
+    snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", flow_node_addr(n));
+    rc = flow__call(n, d.home, req, sizeof(req), &d, sizeof(d));
+    if (rc < 0)
+        return rc;
+    if (rc != (int)sizeof(d))
+        return FK_EPROTO;
+    int index = -1;
+    for (uint32_t i = 0; i < d.ntargets && i < FLOW_TARGETS_MAX; i++)
+        if (strcmp(d.targets[i], flow_node_addr(n)) == 0)
+            index = (int)i; /* the last one: this join */
+    if (index < 0)
+        return FK_EPROTO;
+    rc = flow__publish(n, &d);
+    if (rc == 0)
+        rc = flow_target_open(n, name, index, out);
+    if (rc == 0)
+        (*out)->joined = 1;
+    return rc;
+}
+
+void flow_target_close(flow_target *t)
+{
+    if (t == NULL)
+        return;
+    flow__unhost_target(t->node, t); /* no attach reaches it after this */
+    pthread_mutex_lock(&t->lock);
+    t->closed = 1;
+    pthread_mutex_unlock(&t->lock);
+    if (t->joined) {
+        /* Free the index at the home node so a later join can reuse it. */
+        struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)t->index};
+        struct flow__desc d;
+        snprintf(h.name, sizeof(h.name), "%s", t->desc.name);
+        if (flow__call(t->node, t->desc.home, &h, sizeof(h), &d, sizeof(d)) == (int)sizeof(d))
+            flow__store_desc(t->node, &d);
+    }
+    target_destroy(t);
+}
