@@ -346,7 +346,7 @@ static int parse_client(struct parser *ps, struct ycsb_conf *c)
     if (rc == 0)
         rc = get_i64(ps, "maxexecutiontime", "0", 0, INT32_MAX, &c->maxexecutiontime);
     if (rc == 0)
-        rc = get_i32(ps, "core_workload_insertion_retry_limit", "0", 0, INT32_MAX,
+        rc = get_i32(ps, "core_workload_insertion_retry_limit", "0", 0, 1000,
                      &c->insertion_retry_limit);
     if (rc == 0)
         rc = get_i32(ps, "core_workload_insertion_retry_interval", "3", 0, 86400,
@@ -368,6 +368,8 @@ static int parse_client(struct parser *ps, struct ycsb_conf *c)
     int64_t seed;
     rc = get_i64(ps, "flowkv.seed", "1", 0, INT64_MAX, &seed);
     c->seed = (uint64_t)seed;
+    if (rc == 0)
+        rc = get_i32(ps, "flowkv.pipeline", "1", 1, YCSB_PIPELINE_MAX, &c->pipeline);
     return rc < 0 ? rc : get_percentiles(ps, c);
 }
 

@@ -93,7 +93,9 @@ void ycsb_meas_record(struct ycsb_meas *m, enum ycsb_mop op, enum ycsb_status st
                       int64_t intended_ns, int64_t start_ns, int64_t end_ns)
 {
     assert((unsigned)op < YCSB_M__COUNT && (unsigned)st < YCSB_ST__COUNT);
-    int failed = !(st == YCSB_ST_OK || st == YCSB_ST_BATCHED_OK);
+    /* CoreWorkload measures READ-MODIFY-WRITE itself, under its own name
+     * whatever the status; DBWrapper adds -FAILED for the others. */
+    int failed = op != YCSB_M_RMW && !(st == YCSB_ST_OK || st == YCSB_ST_BATCHED_OK);
     if (m->interval != YCSB_INTERVAL_INTENDED)
         fk_hist_record(&m->hist[YCSB_SERIES_OP][op][failed], span(start_ns, end_ns));
     if (m->interval != YCSB_INTERVAL_OP)

@@ -5,7 +5,8 @@
  * Measurements follow DBWrapper and Measurements (site.ycsb): each operation
  * records its latency under its name ("READ") when its status is OK (or
  * BATCHED_OK), else under "<NAME>-FAILED", and counts its status under its
- * name. With measurement.interval = op the latency runs from the actual
+ * name; READ-MODIFY-WRITE, which CoreWorkload measures itself, never goes
+ * to a -FAILED series. With measurement.interval = op the latency runs from the actual
  * start, with intended from the intended start (see struct ycsb_pace; YCSB
  * then prints it under the plain name), with both the second series is
  * printed as "Intended-<NAME>". Latencies are recorded in nanoseconds

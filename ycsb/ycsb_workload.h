@@ -58,6 +58,7 @@
 #define YCSB_NAME_MAX       64   /* table, fieldnameprefix, label, db */
 #define YCSB_PERCENTILE_MAX 16   /* hdrhistogram.percentiles entries */
 #define YCSB_KEY_RETRY_MAX  1000 /* redraws of a key above the inserted range */
+#define YCSB_PIPELINE_MAX   1024 /* flowkv.pipeline limit */
 /* "user" + padding + a Java long ("-9223372036854775808": 20 chars) + NUL. */
 #define YCSB_KEY_MAX (4 + YCSB_ZEROPAD_MAX + 20 + 1)
 
@@ -122,7 +123,8 @@ struct ycsb_conf {
     enum ycsb_interval interval;         /* measurement.interval=intended */
     unsigned npercentiles;               /* hdrhistogram.percentiles=50,95,99 */
     double percentiles[YCSB_PERCENTILE_MAX];
-    uint64_t seed; /* flowkv.seed=1: thread t's rng is seeded with seed + t */
+    uint64_t seed;    /* flowkv.seed=1: thread t's rng is seeded with seed + t */
+    int32_t pipeline; /* flowkv.pipeline=1: requests in flight per thread */
 };
 
 /* Fills conf from props (missing properties take their defaults) and checks
