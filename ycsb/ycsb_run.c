@@ -310,7 +310,9 @@ static void *worker_main(void *arg)
         w->rc = rc;
         atomic_store(&r->stop, 1);
     } else {
-        ycsb_pace_init(&w->pace, r->conf->target, r->nthreads, 0);
+        /* Client divides target by threadcount before it lowers threadcount
+         * to the operation count, so the per-thread rate uses the former. */
+        ycsb_pace_init(&w->pace, r->conf->target, r->conf->threadcount, 0);
         fk_sleep_ns((uint64_t)ycsb_pace_initial_delay(&w->pace, &w->wt.rng));
         w->pace.start_ns = now_ns();
         worker_loop(w);
