@@ -178,8 +178,8 @@ static size_t put_utf8(char *out, unsigned cp)
 }
 
 /* Properties.loadConvert: unescapes in[0, n) into out (NUL-terminated; out
- * holds 3 * n / 2 + 1 bytes, as "\uXXXX" is 6 bytes in and at most 3 out).
- * Returns 0 or FK_EMALFORMED. */
+ * holds n + 1 bytes: no escape grows, "\uXXXX" is 6 bytes in and at most 3
+ * out). Returns 0 or FK_EMALFORMED. */
 static int unescape(const char *in, size_t n, char *out)
 {
     size_t o = 0;
@@ -256,13 +256,13 @@ static int store_line(struct ycsb_props *p, const char *line, size_t limit, char
 int ycsb_props_load(struct ycsb_props *p, const char *text, size_t len, const char *source,
                     char *err, size_t errlen)
 {
-    /* One scratch area for the line and its unescaped key and value: each is
-     * bounded by the text length (times 3/2 for \u escapes written as UTF-8). */
+    /* One scratch area for the line and its unescaped key and value, each
+     * bounded by the text length plus a NUL. */
     size_t cap = len + 1;
-    char *buf = malloc(cap * 4);
+    char *buf = malloc(cap * 3);
     if (buf == NULL)
         return -ENOMEM;
-    char *key = buf + cap, *val = buf + cap * 2 + cap / 2;
+    char *key = buf + cap, *val = buf + cap * 2;
     struct reader r = {.t = text, .n = len, .pos = 0, .start = 0};
     int rc = 0;
     long n;
