@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* The sentinel of parse()'s variadic list, typed so that it is a pointer. */
+#define END ((const char *)NULL)
+
 static char path[64];
 static struct srv_opts o;
 static char err[512];
@@ -45,35 +48,35 @@ TEST(opts_file_values_and_overrides)
 {
     write_conf();
     unsetenv("FLOWKV_FABRIC");
-    CHECK_OK(parse("-c", path, "-i", "0", NULL));
+    CHECK_OK(parse("-c", path, "-i", "0", END));
     CHECK_EQ_U64(o.id, 0);
     CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_NOPAXOS);
     CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/tmp/d0");
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "127.0.0.1:9000");
     CHECK_EQ_U64(o.map_size, 1024ULL << 20);
     CHECK_OK(parse("--config", path, "--id=2", "--protocol", "multipaxos", "-D", "async", "-f",
-                   "tcp", "-m", "off", "-M", "64", "-l", "debug", NULL));
+                   "tcp", "-m", "off", "-M", "64", "-l", "debug", END));
     CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_MULTIPAXOS);
     CHECK_EQ_I64(o.cluster.durability, FK_DURABLE_ASYNC);
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "");
     CHECK_EQ_U64(o.map_size, 64ULL << 20);
     CHECK_EQ_I64(o.log_level, FK_LOG_DEBUG);
-    CHECK_OK(parse("-c", path, "-i", "1", "-d", "/var/x", NULL));
+    CHECK_OK(parse("-c", path, "-i", "1", "-d", "/var/x", END));
     CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/var/x");
     setenv("FLOWKV_FABRIC", "tcp", 1);
-    CHECK_OK(parse("-c", path, "-i", "2", NULL));
+    CHECK_OK(parse("-c", path, "-i", "2", END));
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
-    CHECK_OK(parse("-c", path, "-i", "2", "-f", "auto", NULL));
+    CHECK_OK(parse("-c", path, "-i", "2", "-f", "auto", END));
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_AUTO);
     unlink(path);
 }
 
 TEST(opts_help_and_version)
 {
-    CHECK_OK(parse("--help", NULL));
+    CHECK_OK(parse("--help", END));
     CHECK(o.show_help);
-    CHECK_OK(parse("-V", NULL));
+    CHECK_OK(parse("-V", END));
     CHECK(o.show_version);
 }
 
@@ -87,19 +90,19 @@ TEST(opts_errors_are_clear)
 {
     write_conf();
     unsetenv("FLOWKV_FABRIC");
-    expect(parse("-i", "0", NULL), FK_EINVAL, "--config and --id are required");
-    expect(parse("-c", path, "-i", "3", NULL), FK_EINVAL, "--id '3': the cluster has 3 nodes");
-    expect(parse("-c", path, "-i", "x", NULL), FK_EINVAL, "--id 'x'");
-    expect(parse("-c", path, "-i", "1", NULL), FK_ECONFIG, "node 1 has no data_dir");
-    expect(parse("-c", path, "-i", "0", "-p", "raft", NULL), FK_EINVAL, "--protocol 'raft'");
-    expect(parse("-c", path, "-i", "0", "-m", "nowhere", NULL), FK_EINVAL, "--metrics");
-    expect(parse("-c", path, "-i", "0", "-M", "-5", NULL), FK_EINVAL, "--map-size '-5'");
-    expect(parse("-c", path, "-i", "0", "--bogus", NULL), FK_EINVAL, "unknown option --bogus");
-    expect(parse("-c", path, "-i", NULL), FK_EINVAL, "needs a value");
-    expect(parse("-c", path, "-i", "0", "extra", NULL), FK_EINVAL, "unexpected argument 'extra'");
-    expect(parse("-c", "/nonexistent.conf", "-i", "0", NULL), -ENOENT, "/nonexistent.conf");
+    expect(parse("-i", "0", END), FK_EINVAL, "--config and --id are required");
+    expect(parse("-c", path, "-i", "3", END), FK_EINVAL, "--id '3': the cluster has 3 nodes");
+    expect(parse("-c", path, "-i", "x", END), FK_EINVAL, "--id 'x'");
+    expect(parse("-c", path, "-i", "1", END), FK_ECONFIG, "node 1 has no data_dir");
+    expect(parse("-c", path, "-i", "0", "-p", "raft", END), FK_EINVAL, "--protocol 'raft'");
+    expect(parse("-c", path, "-i", "0", "-m", "nowhere", END), FK_EINVAL, "--metrics");
+    expect(parse("-c", path, "-i", "0", "-M", "-5", END), FK_EINVAL, "--map-size '-5'");
+    expect(parse("-c", path, "-i", "0", "--bogus", END), FK_EINVAL, "unknown option --bogus");
+    expect(parse("-c", path, "-i", END), FK_EINVAL, "needs a value");
+    expect(parse("-c", path, "-i", "0", "extra", END), FK_EINVAL, "unexpected argument 'extra'");
+    expect(parse("-c", "/nonexistent.conf", "-i", "0", END), -ENOENT, "/nonexistent.conf");
     setenv("FLOWKV_FABRIC", "rdma", 1);
-    expect(parse("-c", path, "-i", "0", NULL), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
+    expect(parse("-c", path, "-i", "0", END), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
     unlink(path);
 }
 
