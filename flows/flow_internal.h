@@ -94,7 +94,8 @@ struct flow__attach_req {
     int32_t slot;           /* FLOW_ANY or a declared source index */
     uint32_t pad;
     char source_node[FAB_ADDR_MAX];
-    struct fab_rkey credit; /* latency mode: where the target writes consumed counts */
+    struct fab_rkey credit;      /* latency mode: where the target writes consumed counts */
+    char mcast_ep[FAB_ADDR_MAX]; /* multicast: the source's datagram endpoint */
 };
 
 struct flow__attach_resp {
@@ -121,7 +122,8 @@ struct flow__slot {
     int declared; /* slot index < nsources */
     char source_node[FAB_ADDR_MAX];
     struct fab_rkey credit;
-    char mcast_ep[FAB_ADDR_MAX];
+    char mcast_ep[FAB_ADDR_MAX]; /* multicast: the source's endpoint */
+    uint64_t src_id;             /* multicast: XXH64 of mcast_ep, in every datagram */
     /* consumer thread only: */
     uint8_t *ring;
     uint64_t head; /* segments consumed */
@@ -226,6 +228,7 @@ uint8_t *flow__seg(const flow_target *t, uint32_t slot, uint64_t segno);
 void flow__release_head(flow_target *t, uint32_t slot);
 int flow__wait(flow_target *t, uint64_t deadline);
 int flow__all_ended(flow_target *t);
+void flow__end_slot(flow_target *t, uint32_t i);
 /* Returns 1 with the head segment's footer state of slot i, 0 when empty
  * (ending the slot when its source finished). */
 int flow__head_state(flow_target *t, uint32_t i, uint64_t *state);
@@ -238,10 +241,15 @@ int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline);
 int flow__comb_result(flow_target *t, const void **rows, uint64_t deadline);
 
 /* ---- flow_mcast.c ---- */
+const char *flow__mc_ep_addr(const flow_target *t);
+uint64_t flow__mc_src_id(const char *ep_addr);
+/* Called by the consumer when slot i ends, to reset its multicast state. */
+void flow__mc_slot_reset(flow_target *t, uint32_t i);
 int flow__mc_target_init(flow_target *t);
 void flow__mc_target_free(flow_target *t);
 int flow__mc_next(flow_target *t, struct flow_item *item, uint64_t deadline);
 int flow__mc_source_init(flow_source *s);
+const char *flow__mc_source_ep(const flow_source *s);
 void flow__mc_source_free(flow_source *s);
 int flow__mc_push(flow_source *s, const void *tuple);
 int flow__mc_close(flow_source *s);

@@ -248,6 +248,8 @@ int flow__seq_take(flow_source *s, uint64_t *seq)
                 rc = FK_ETIMEDOUT;
             }
         }
+        fk_debug("flows", "flow %s: sequencer %s: %s", s->desc.name, s->desc.opts.sequencer,
+                 fk_err_name(rc));
         if (s->seq_conn != NULL)
             fab_conn_close(s->seq_conn);
         s->seq_conn = NULL;
@@ -278,6 +280,8 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     req.credit = fab_mr_rkey(s->mr);
     req.credit.addr = (uint64_t)(uintptr_t)&s->credits[k];
     req.credit.len = 8;
+    if (s->mc != NULL)
+        snprintf(req.mcast_ep, sizeof(req.mcast_ep), "%s", flow__mc_source_ep(s));
     fab_node *fab = flow__fab(s->node);
     int rc;
     for (unsigned backoff = 1;; backoff = backoff < 32 ? backoff * 2 : 32) {

@@ -69,6 +69,8 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
         s->declared = (uint32_t)slot < t->desc.nsources;
         memcpy(s->source_node, req->source_node, FAB_ADDR_MAX);
         s->credit = req->credit;
+        memcpy(s->mcast_ep, req->mcast_ep, FAB_ADDR_MAX);
+        s->src_id = flow__mc_src_id(s->mcast_ep);
         __atomic_store_n(&s->dead, 0, __ATOMIC_RELEASE);
         __atomic_store_n(&s->status, SLOT_ATTACHED, __ATOMIC_RELEASE);
         memset(resp, 0, sizeof(*resp));
@@ -79,7 +81,7 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
             resp->ring.len = t->geom.ring_bytes;
         }
         if (t->mc != NULL)
-            memcpy(resp->mcast_ep, s->mcast_ep, FAB_ADDR_MAX);
+            snprintf(resp->mcast_ep, FAB_ADDR_MAX, "%s", flow__mc_ep_addr(t));
     }
     pthread_mutex_unlock(&t->lock);
     return slot < 0 ? slot : 0;
@@ -131,7 +133,7 @@ void flow__release_head(flow_target *t, uint32_t i)
 
 /* A source ended (end-of-flow, or its connection died): a joined source's
  * slot is wiped and freed for the next join; a declared one stays ended. */
-static void end_slot(flow_target *t, uint32_t i)
+void flow__end_slot(flow_target *t, uint32_t i)
 {
     struct flow__slot *s = &t->slots[i];
     pthread_mutex_lock(&t->lock);
@@ -142,6 +144,8 @@ static void end_slot(flow_target *t, uint32_t i)
         t->declared_ended++;
     if (t->mem != NULL)
         memset(t->mem + (uint64_t)i * t->geom.ring_bytes, 0, t->geom.ring_bytes);
+    if (t->mc != NULL)
+        flow__mc_slot_reset(t, i);
     s->head = 0;
     s->pos = 0;
     s->credit_sent = 0;
@@ -177,14 +181,14 @@ int flow__head_state(flow_target *t, uint32_t i, uint64_t *state)
     uint64_t st = fab_load64(&f->state);
     if (st & FOOT_CONSUMABLE) {
         if ((st & FOOT_END) && s->pos >= FOOT_COUNT(st)) {
-            end_slot(t, i);
+            flow__end_slot(t, i);
             return 0;
         }
         *state = st;
         return 1;
     }
     if (dead) /* everything it wrote was applied before the close */
-        end_slot(t, i);
+        flow__end_slot(t, i);
     return 0;
 }
 

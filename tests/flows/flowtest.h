@@ -67,7 +67,9 @@ struct ft_spec {
     unsigned slow_every; /* target sleeps slow_us every slow_every tuples */
     unsigned slow_us;
     unsigned flush_every;     /* source flushes every that many tuples */
+    double drop;              /* fault knob: datagram drop probability in every process */
     uint64_t mem_per_node[2]; /* out: flow_node_memory of source proc 0 and target proc 0 */
+    uint64_t gaps;            /* out: GAPs reported by all targets */
 };
 
 /* What one target thread reports. */
@@ -77,6 +79,8 @@ struct ft_report {
     uint64_t sum_check;
     uint64_t per_src[FT_MAX_SRC];
     uint64_t mem;
+    uint64_t order_hash; /* over the delivered sequence, for ordered flows */
+    uint64_t gaps;
 };
 
 struct ft_child {
@@ -176,17 +180,33 @@ static inline int ft_expected_target(const struct ft_spec *sp, const struct ft_t
     return (int)(XXH64(&t->key, 8, 0) % (uint64_t)nt);
 }
 
+static void *ft_target_body(struct ft_ctx *x, flow_target **tp_out);
+
+/* Runs the checks; closes the target even when a check failed, so the
+ * process can still report (and destroy its node). */
 static void *ft_target_thread(void *arg)
 {
     struct ft_ctx *x = arg;
+    flow_target *t = NULL;
+    ft_target_body(x, &t);
+    if (t != NULL)
+        flow_target_close(t);
+    return NULL;
+}
+
+static void *ft_target_body(struct ft_ctx *x, flow_target **tp_out)
+{
     const struct ft_spec *sp = x->spec;
     int index = x->proc * sp->tgt_threads + x->thread;
     int nt = sp->tgt_procs * sp->tgt_threads;
     flow_target *t;
     if (flow_target_open(x->node, "ft", index, &t) < 0)
         FT_FAIL(x);
+    *tp_out = t;
     uint64_t next[FT_MAX_SRC] = {0};
     uint64_t deadline = fk_now_ns() + FT_DEADLINE;
+    uint64_t want_seq = 0;
+    int ordered = sp->opts.ordered, lossy = sp->drop > 0;
     for (;;) {
         struct flow_item it;
         int rc = flow_consume(t, &it, FT_SEC);
@@ -194,20 +214,37 @@ static void *ft_target_thread(void *arg)
             break;
         if (rc == FK_ETIMEDOUT && fk_now_ns() < deadline)
             continue;
+        if (rc == FK_EGAP && ordered && lossy && it.seq == want_seq) {
+            x->rep.gaps++;
+            x->rep.order_hash = x->rep.order_hash * 1000003 + it.seq;
+            want_seq++;
+            continue;
+        }
         if (rc < 0)
             FT_FAIL(x);
         const struct ft_tuple *tp = it.tuple;
         if (tp->src >= FT_MAX_SRC || tp->check != ft_check(tp->key, tp->src, tp->n))
             FT_FAIL(x);
-        if (tp->n != next[tp->src]) /* FIFO per source; replicate: every tuple */
-            if (sp->opts.kind == FLOW_REPLICATE || tp->n < next[tp->src])
+        /* One global order without holes: a sequence number per tuple in
+         * latency mode, per segment (shared by its tuples) in bandwidth mode. */
+        if (ordered && sp->opts.mode == FLOW_LATENCY && it.seq != want_seq++)
+            FT_FAIL(x);
+        if (ordered && sp->opts.mode == FLOW_BANDWIDTH) {
+            if (it.seq != want_seq && !(x->rep.count > 0 && it.seq + 1 == want_seq))
                 FT_FAIL(x);
+            want_seq = it.seq + 1;
+        }
+        if (tp->n != next[tp->src]) { /* FIFO per source; replicate: every tuple */
+            if (tp->n < next[tp->src] || (sp->opts.kind == FLOW_REPLICATE && !lossy))
+                FT_FAIL(x);
+        }
         if (sp->opts.kind == FLOW_SHUFFLE && ft_expected_target(sp, tp, nt) != index)
             FT_FAIL(x);
         next[tp->src] = tp->n + 1;
         x->rep.count++;
         x->rep.sum_check += tp->check;
         x->rep.per_src[tp->src]++;
+        x->rep.order_hash = x->rep.order_hash * 1000003 + (tp->src << 32 ^ tp->n);
         if (sp->slow_every && x->rep.count % sp->slow_every == 0)
             fk_sleep_ns(sp->slow_us * FK_NSEC_PER_USEC);
     }
@@ -215,7 +252,6 @@ static void *ft_target_thread(void *arg)
     if (flow_consume(t, &it, 0) != FK_EEND) /* end is sticky */
         FT_FAIL(x);
     x->rep.mem = flow_node_memory(x->node);
-    flow_target_close(t);
     return NULL;
 }
 
@@ -257,6 +293,11 @@ static void ft_proc(struct ft_child *c, void *arg, int is_target)
     char home[FAB_ADDR_MAX];
     if (ft_read(c->down[0], &proc, sizeof(proc)) < 0)
         _exit(3);
+    if (sp->drop > 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%.3f", sp->drop);
+        setenv("FLOWKV_FAB_DROP", v, 1);
+    }
     flow_node *n = ft_node();
     char addr[FAB_ADDR_MAX] = {0};
     snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
@@ -317,7 +358,14 @@ static inline void ft_run(struct ft_spec *sp)
     flow_node *home = ft_node();
     struct flow_schema schema;
     ft_schema(&schema);
+    if (sp->opts.ordered)
+        snprintf(sp->opts.sequencer, FAB_ADDR_MAX, "%s", flow_node_addr(home));
+    if (sp->opts.multicast)
+        snprintf(sp->opts.group, FAB_ADDR_MAX, "239.255.%d.%d:%d", getpid() % 250,
+                 (int)(fk_now_ns() % 250), 20000 + (int)(fk_now_ns() / 1000 % 30000));
     CHECK_OK(flow_declare(home, "ft", &schema, ns, targets, nt, &sp->opts));
+    if (sp->opts.ordered)
+        CHECK_OK(flow_sequencer_start(home, "ft", 1));
     char ha[FAB_ADDR_MAX] = {0};
     snprintf(ha, sizeof(ha), "%s", flow_node_addr(home));
     for (int p = 0; p < sp->tgt_procs; p++)
@@ -336,19 +384,33 @@ static inline void ft_run(struct ft_spec *sp)
         }
         CHECK_EQ_I64(ft_reap(&sc[p], deadline), 0);
     }
-    uint64_t total = 0, sum = 0, per_src[FT_MAX_SRC] = {0};
+    uint64_t total = 0, sum = 0, per_src[FT_MAX_SRC] = {0}, hash0 = 0, gaps = 0;
     for (int p = 0; p < sp->tgt_procs; p++) {
         for (int i = 0; i < sp->tgt_threads; i++) {
             CHECK_OK(ft_read(tg[p].up[0], &rep, sizeof(rep)));
             CHECK_MSG(rep.rc == 0, "target %d.%d failed a check at flowtest.h:%d", p, i, rep.rc);
             total += rep.count;
             sum += rep.sum_check;
+            gaps += rep.gaps;
             for (int s = 0; s < ns; s++)
                 per_src[s] += rep.per_src[s];
-            if (p == 0 && i == 0)
+            if (p == 0 && i == 0) {
                 sp->mem_per_node[1] = rep.mem;
+                hash0 = rep.order_hash;
+            }
+            /* Ordered and lossless: every target delivered the same sequence. */
+            if (sp->opts.ordered && sp->drop == 0)
+                CHECK_EQ_U64(rep.order_hash, hash0);
+            /* Lossy ordered: every sequence number was delivered or a GAP. */
+            if (sp->opts.ordered && sp->drop > 0)
+                CHECK_EQ_U64(rep.count + rep.gaps, (uint64_t)ns * sp->tuples);
         }
         CHECK_EQ_I64(ft_reap(&tg[p], deadline), 0);
+    }
+    sp->gaps = gaps;
+    if (sp->drop > 0) {
+        flow_node_destroy(home);
+        return;
     }
     uint64_t copies = sp->opts.kind == FLOW_REPLICATE ? (uint64_t)nt : 1;
     uint64_t want_sum = 0;
