@@ -1,74 +1,94 @@
 /* flowkv-sim: runs the deterministic fault simulator over many seeds.
  *
- *   flowkv-sim [--seeds N] [--first S] [--seed S] [--bug NAME] [--verbose]
- *              [--expect-failure]
+ *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]
+ *              [--bug NAME] [--verbose] [--expect-failure]
  *
- * --seeds N runs seeds first..first+N-1 (default 1000 from 1); --seed S runs
- * one seed (replay) and implies --verbose 1. A failing seed prints its
- * reason and the exact command that replays it; the exit status is 1 when
- * any seed failed. --bug plants a known bug (apply-uncommitted,
- * local-reads); with --expect-failure the exit status is 0 only if some
- * seed failed (the checkers can fail) and the run stops at the first.
- * Prints the fault mix and simulated operations per CPU-second. */
+ * --seeds N runs seeds first..first+N-1 (default 1000 from 1) for each
+ * protocol chosen (default both); --seed S runs one seed (replay) and
+ * implies --verbose 1. A failing seed prints its reason and the exact
+ * command that replays it; the exit status is 1 when any seed failed.
+ * --bug plants a known bug: apply-uncommitted, local-reads, no-merge
+ * (Multi-Paxos) or no-gap-agreement, follower-exec (NOPaxos); with
+ * --expect-failure the status is 0 only if some seed failed (the checkers
+ * can fail), stopping at the first. Prints, per protocol, the wall and CPU
+ * time, the fault mix and simulated client operations per CPU-second. */
 #include "sim.h"
 
 #include "fk_error.h"
 #include "fk_time.h"
 #include "mpx.h"
+#include "nop.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int parse_bug(const char *name, uint32_t *bugs)
-{
-    if (strcmp(name, "apply-uncommitted") == 0)
-        *bugs |= MPX_BUG_APPLY_UNCOMMITTED;
-    else if (strcmp(name, "local-reads") == 0)
-        *bugs |= MPX_BUG_LOCAL_READS;
-    else if (strcmp(name, "no-merge") == 0)
-        *bugs |= MPX_BUG_NO_MERGE;
-    else
-        return -1;
-    return 0;
-}
-
-static void usage(void)
-{
-    fprintf(stderr, "usage: flowkv-sim [--seeds N] [--first S] [--seed S] [--bug NAME]\n"
-                    "                  [--verbose] [--expect-failure]\n"
-                    "bugs: apply-uncommitted, local-reads, no-merge\n");
-}
+static const struct {
+    const char *name;
+    int proto;
+    uint32_t bit;
+} bugs[] = {
+    {"apply-uncommitted", SIM_MPX, MPX_BUG_APPLY_UNCOMMITTED},
+    {"local-reads", SIM_MPX, MPX_BUG_LOCAL_READS},
+    {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE},
+    {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
+    {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
+};
 
 struct args {
     uint64_t first, count;
-    int verbose, expect_failure;
+    int verbose, expect_failure, protos; /* protos: bit 0 mpx, bit 1 nop */
     uint32_t bugs;
     const char *bug_name;
 };
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]\n"
+                    "                  [--bug NAME] [--verbose] [--expect-failure]\n"
+                    "bugs: apply-uncommitted, local-reads, no-merge (mpx);\n"
+                    "      no-gap-agreement, follower-exec (nop)\n");
+}
+
+static int parse_bug(struct args *a, const char *name)
+{
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        if (strcmp(bugs[i].name, name) == 0) {
+            a->bugs |= bugs[i].bit;
+            a->bug_name = name;
+            a->protos = 1 << bugs[i].proto;
+            return 0;
+        }
+    }
+    return -1;
+}
 
 static int parse_args(int argc, char **argv, struct args *a)
 {
     a->first = 1;
     a->count = 1000;
+    a->protos = 3;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = v && argv[i][0] == '-' && strcmp(argv[i], "--verbose") != 0 &&
+                    strcmp(argv[i], "--expect-failure") != 0;
         if (strcmp(argv[i], "--seeds") == 0 && v) {
             a->count = strtoull(v, NULL, 10);
-            i++;
         } else if (strcmp(argv[i], "--first") == 0 && v) {
             a->first = strtoull(v, NULL, 10);
-            i++;
         } else if (strcmp(argv[i], "--seed") == 0 && v) {
             a->first = strtoull(v, NULL, 10);
             a->count = 1;
-            if (!a->verbose)
-                a->verbose = 1;
-            i++;
-        } else if (strcmp(argv[i], "--bug") == 0 && v && parse_bug(v, &a->bugs) == 0) {
-            a->bug_name = v;
-            i++;
+            a->verbose = a->verbose ? a->verbose : 1;
+        } else if (strcmp(argv[i], "--proto") == 0 && v) {
+            a->protos = strcmp(v, "mpx") == 0    ? 1
+                        : strcmp(v, "nop") == 0  ? 2
+                        : strcmp(v, "both") == 0 ? 3
+                                                 : 0;
+        } else if (strcmp(argv[i], "--bug") == 0 && v) {
+            if (parse_bug(a, v) < 0)
+                return -1;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             a->verbose = 2;
         } else if (strcmp(argv[i], "--expect-failure") == 0) {
@@ -76,8 +96,70 @@ static int parse_args(int argc, char **argv, struct args *a)
         } else {
             return -1;
         }
+        i += takes;
     }
-    return a->count > 0 ? 0 : -1;
+    return a->count > 0 && a->protos ? 0 : -1;
+}
+
+struct totals {
+    uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
+};
+
+static void add(struct totals *t, const struct sim_result *r)
+{
+    t->ran++;
+    t->ops += r->ops_done;
+    t->msgs += r->msgs;
+    t->drops += r->dropped;
+    t->dups += r->duplicated;
+    t->parts += r->partitions;
+    t->crashes += r->crashes;
+    t->empties += r->empty_restarts;
+    t->n5 += r->n == 5;
+    t->failovers += r->failovers;
+    t->oum += r->oum_drops;
+}
+
+/* Runs the campaign for one protocol; returns the number of failed seeds. */
+static uint64_t campaign(const struct args *a, int proto, const char *argv0)
+{
+    const char *pname = proto == SIM_NOP ? "nop" : "mpx";
+    struct totals t = {0};
+    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns();
+    for (uint64_t s = a->first; s < a->first + a->count; s++) {
+        struct sim_opts o = {.seed = s,
+                             .proto = proto,
+                             .bugs = a->bugs,
+                             .verbose = a->verbose,
+                             .ops_per_client = 40};
+        struct sim_result r;
+        if (sim_run(&o, &r) < 0) {
+            fprintf(stderr, "flowkv-sim: out of memory\n");
+            exit(2);
+        }
+        add(&t, &r);
+        if (!r.ok) {
+            t.failed++;
+            printf("FAIL %s seed %" PRIu64 " (n=%u): %s\n  replay: %s --proto %s --seed %" PRIu64
+                   "%s%s\n",
+                   pname, s, r.n, r.why, argv0, pname, s, a->bug_name ? " --bug " : "",
+                   a->bug_name ? a->bug_name : "");
+            if (a->expect_failure)
+                break;
+        }
+    }
+    double cpu_s = (double)(fk_cpu_ns() - cpu0) / 1e9, wall_s = (double)(fk_now_ns() - wall0) / 1e9;
+    printf("flowkv-sim %s: %" PRIu64 " seeds (%" PRIu64 " with 5 replicas), %" PRIu64
+           " failed, %.1f s wall, %.1f s CPU\n",
+           pname, t.ran, t.n5, t.failed, wall_s, cpu_s);
+    printf("  faults: %" PRIu64 " messages, %" PRIu64 " dropped, %" PRIu64 " duplicated, %" PRIu64
+           " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty)",
+           t.msgs, t.drops, t.dups, t.parts, t.crashes, t.empties);
+    if (proto == SIM_NOP)
+        printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops", t.failovers, t.oum);
+    printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
+           cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
+    return t.failed;
 }
 
 int main(int argc, char **argv)
@@ -87,43 +169,11 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns();
-    uint64_t failed = 0, ran = 0, ops = 0, msgs = 0, drops = 0, dups = 0, parts = 0, crashes = 0,
-             empties = 0, n5 = 0;
-    for (uint64_t s = a.first; s < a.first + a.count; s++) {
-        struct sim_opts o = {.seed = s, .bugs = a.bugs, .verbose = a.verbose, .ops_per_client = 40};
-        struct sim_result r;
-        if (sim_run(&o, &r) < 0) {
-            fprintf(stderr, "flowkv-sim: out of memory\n");
-            return 2;
-        }
-        ran++;
-        ops += r.ops_done;
-        msgs += r.msgs;
-        drops += r.dropped;
-        dups += r.duplicated;
-        parts += r.partitions;
-        crashes += r.crashes;
-        empties += r.empty_restarts;
-        n5 += r.n == 5;
-        if (!r.ok) {
-            failed++;
-            printf("FAIL seed %" PRIu64 " (n=%u): %s\n  replay: %s --seed %" PRIu64 "%s%s\n", s,
-                   r.n, r.why, argv[0], s, a.bug_name ? " --bug " : "",
-                   a.bug_name ? a.bug_name : "");
-            if (a.expect_failure)
-                break;
-        }
-    }
-    double cpu_s = (double)(fk_cpu_ns() - cpu0) / 1e9, wall_s = (double)(fk_now_ns() - wall0) / 1e9;
-    printf("flowkv-sim mpx: %" PRIu64 " seeds (%" PRIu64 " with 5 replicas), %" PRIu64
-           " failed, %.1f s wall, %.1f s CPU\n",
-           ran, n5, failed, wall_s, cpu_s);
-    printf("  faults: %" PRIu64 " messages, %" PRIu64 " dropped, %" PRIu64 " duplicated, %" PRIu64
-           " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty)\n",
-           msgs, drops, dups, parts, crashes, empties);
-    printf("  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", ops,
-           cpu_s > 0 ? (double)ops / cpu_s : 0.0);
+    uint64_t failed = 0;
+    if (a.protos & 1)
+        failed += campaign(&a, SIM_MPX, argv[0]);
+    if (a.protos & 2)
+        failed += campaign(&a, SIM_NOP, argv[0]);
     if (a.expect_failure)
         return failed ? 0 : 1;
     return failed ? 1 : 0;

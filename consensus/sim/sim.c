@@ -2,11 +2,10 @@
  * checks (see sim.h). */
 #include "sim.h"
 
-#include "fk_error.h"
-#include "kv.h"
-#include "lin.h"
-#include "mpx.h"
+#include "sim_internal.h"
+
 #include "cons_wire.h"
+#include "fk_error.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -15,85 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MS ((uint64_t)1000000)
-
-/* Core configuration for every simulated replica: a small log ring so
- * compaction, snapshot catch-up and window stalls happen often. */
-#define SIM_LOG_CAP   32
-#define SIM_TICK_NS   (5 * MS)
-#define SIM_RETRY_NS  (120 * MS)
-#define SIM_FAULT_NS  (2000 * MS)
-#define SIM_LIVE_NS   (10000 * MS)
-#define SIM_SETTLE_NS (600 * MS)
-
-enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL };
-
-struct smsg {
-    struct cons_addr from, to;
-    uint32_t len;
-    uint8_t data[];
-};
-
-struct ev {
-    uint64_t t, seq;
-    uint8_t kind;
-    uint32_t who, inc;
-    uint64_t arg;
-    struct smsg *m;
-};
-
-struct prec { /* a persist the disk has not completed */
-    uint8_t kind;
-    uint64_t cookie, index;
-    uint32_t len;
-    uint8_t *buf;
-};
-
-struct blob {
-    uint8_t *buf;
-    uint32_t len;
-    uint64_t index;
-};
-
-struct rep {
-    struct mpx *core;
-    struct kv_mem *kv;
-    int up, disk_busy, side;
-    uint32_t inc;
-    struct blob meta, snap, ents[SIM_LOG_CAP];
-    struct prec *pq;
-    size_t pq_n, pq_cap;
-    uint64_t checked;
-};
-
-struct client {
-    uint64_t id, req_no, next_val;
-    struct cons_op op;
-    int busy;
-    uint32_t target, gen, done;
-    size_t hist;
-    uint64_t seen[SIM_KEYS_MAX];
-};
-
-struct world {
-    const struct sim_opts *o;
-    struct sim_result *res;
-    uint64_t rng, now, seq;
-    struct ev *heap;
-    size_t heap_n, heap_cap;
-    uint32_t n, f, nclients, nkeys;
-    struct rep reps[CONS_REPLICAS_MAX];
-    struct client cl[SIM_CLIENTS_MAX];
-    struct lin_op *hist;
-    size_t hist_n, hist_cap;
-    uint64_t *chosen;
-    size_t chosen_cap;
-    double drop_p, dup_p;
-    uint64_t delay_max, disk_max, fault_end;
-    int partitioned, healed, failed;
-};
-
-static uint64_t rnd(struct world *w)
+uint64_t sim__rnd(struct world *w)
 {
     uint64_t z = (w->rng += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -101,18 +22,17 @@ static uint64_t rnd(struct world *w)
     return z ^ (z >> 31);
 }
 
-static uint64_t urange(struct world *w, uint64_t lo, uint64_t hi)
+uint64_t sim__urange(struct world *w, uint64_t lo, uint64_t hi)
 {
-    return lo + rnd(w) % (hi - lo + 1);
+    return lo + sim__rnd(w) % (hi - lo + 1);
 }
 
-static double ufrac(struct world *w)
+double sim__ufrac(struct world *w)
 {
-    return (double)(rnd(w) >> 11) / 9007199254740992.0;
+    return (double)(sim__rnd(w) >> 11) / 9007199254740992.0;
 }
 
-static void fail(struct world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail(struct world *w, const char *fmt, ...)
+void sim__fail(struct world *w, const char *fmt, ...)
 {
     if (w->failed)
         return;
@@ -124,9 +44,7 @@ static void fail(struct world *w, const char *fmt, ...)
     va_end(ap);
 }
 
-static void say(struct world *w, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(struct world *w, int level, const char *fmt, ...)
+void sim__say(struct world *w, int level, const char *fmt, ...)
 {
     if (w->o->verbose < level)
         return;
@@ -184,8 +102,8 @@ static struct ev pop(struct world *w)
     return top;
 }
 
-static void at(struct world *w, uint64_t dt, uint8_t kind, uint32_t who, uint32_t inc, uint64_t arg,
-               struct smsg *m)
+void sim__at(struct world *w, uint64_t dt, uint8_t kind, uint32_t who, uint32_t inc, uint64_t arg,
+             struct smsg *m)
 {
     push(w,
          (struct ev){.t = w->now + dt, .kind = kind, .who = who, .inc = inc, .arg = arg, .m = m});
@@ -203,33 +121,53 @@ static void net_send(struct world *w, struct cons_addr from, struct cons_addr to
                      const uint8_t *buf, uint32_t len)
 {
     w->res->msgs++;
-    if (cut(w, from, to) || ufrac(w) < w->drop_p) {
+    if (cut(w, from, to) || sim__ufrac(w) < w->drop_p) {
         w->res->dropped++;
         return;
     }
-    int copies = ufrac(w) < w->dup_p ? 2 : 1;
+    int copies = sim__ufrac(w) < w->dup_p ? 2 : 1;
     w->res->duplicated += (uint64_t)(copies - 1);
-    for (int c = 0; c < copies; c++) {
-        struct smsg *m = malloc(sizeof *m + len);
-        if (!m)
-            abort();
-        m->from = from;
-        m->to = to;
-        m->len = len;
-        memcpy(m->data, buf, len);
-        at(w, urange(w, 50000, w->delay_max), EV_MSG, 0, 0, 0, m);
-    }
+    for (int c = 0; c < copies; c++)
+        sim__at(w, sim__urange(w, 50000, w->delay_max), EV_MSG, 0, 0, 0,
+                sim__msg(from, to, buf, len));
+}
+
+struct smsg *sim__msg(struct cons_addr from, struct cons_addr to, const uint8_t *buf, uint32_t len)
+{
+    struct smsg *m = malloc(sizeof *m + len);
+    if (!m)
+        abort(); /* the simulator is a test tool; out of memory ends it */
+    m->from = from;
+    m->to = to;
+    m->len = len;
+    memcpy(m->data, buf, len);
+    return m;
 }
 
 /* ---- replicas: outbox, checks, disk ------------------------------------ */
 
-static void check_chosen(struct world *w, uint32_t i)
+static uint64_t commit_of(struct world *w, uint32_t i)
 {
+    if (w->o->proto == SIM_NOP) {
+        struct nop_stat st;
+        nop_status(w->reps[i].nop, &st);
+        return st.status == NOP_RECOVERING ? 0 : st.commit;
+    }
     struct mpx_status st;
     mpx_status(w->reps[i].core, &st);
-    for (uint64_t idx = w->reps[i].checked + 1; idx <= st.commit; idx++) {
+    return st.commit;
+}
+
+/* Safety across replicas: a slot chosen (Multi-Paxos) or committed
+ * (NOPaxos) anywhere holds the same operations everywhere, forever. */
+static void check_chosen(struct world *w, uint32_t i)
+{
+    uint64_t commit = commit_of(w, i);
+    for (uint64_t idx = w->reps[i].checked + 1; idx <= commit; idx++) {
         uint64_t h;
-        if (!mpx_chosen_hash(w->reps[i].core, idx, &h))
+        int have = w->o->proto == SIM_NOP ? nop_committed_hash(w->reps[i].nop, idx, &h)
+                                          : mpx_chosen_hash(w->reps[i].core, idx, &h);
+        if (!have)
             continue;
         if (idx >= w->chosen_cap) {
             size_t cap = w->chosen_cap ? w->chosen_cap : 1024;
@@ -245,12 +183,13 @@ static void check_chosen(struct world *w, uint32_t i)
         if (w->chosen[idx] == 0)
             w->chosen[idx] = h;
         else if (w->chosen[idx] != h)
-            fail(w, "safety: replica %u chose a different value for slot %" PRIu64, i, idx);
+            sim__fail(w, "safety: replica %u chose a different value for slot %" PRIu64, i, idx);
     }
-    w->reps[i].checked = st.commit;
+    if (commit > w->reps[i].checked)
+        w->reps[i].checked = commit;
 }
 
-static void take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
+void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
 {
     struct rep *r = &w->reps[i];
     for (uint32_t k = 0; k < ob->nmsgs; k++)
@@ -275,7 +214,7 @@ static void take_outbox(struct world *w, uint32_t i, const struct cons_outbox *o
     }
     if (r->pq_n && !r->disk_busy) {
         r->disk_busy = 1;
-        at(w, urange(w, 50000, w->disk_max), EV_DISK, i, r->inc, 0, NULL);
+        sim__at(w, sim__urange(w, 50000, w->disk_max), EV_DISK, i, r->inc, 0, NULL);
     }
 }
 
@@ -283,14 +222,19 @@ static void take_outbox(struct world *w, uint32_t i, const struct cons_outbox *o
 static void feed(struct world *w, uint32_t i, const struct cons_input *in)
 {
     struct cons_outbox *ob;
-    int rc = mpx_step(w->reps[i].core, in, w->now, &ob);
+    int nop = w->o->proto == SIM_NOP;
+    int rc = nop ? nop_step(w->reps[i].nop, in, w->now, &ob)
+                 : mpx_step(w->reps[i].core, in, w->now, &ob);
     w->res->steps++;
     if (rc < 0) {
-        fail(w, "replica %u: step failed: %s", i, fk_err_name(rc));
+        sim__fail(w, "replica %u: step failed: %s", i, fk_err_name(rc));
         return;
     }
-    take_outbox(w, i, ob);
-    mpx_invariants(w->reps[i].core);
+    sim__take_outbox(w, i, ob);
+    if (nop)
+        nop_invariants(w->reps[i].nop);
+    else
+        mpx_invariants(w->reps[i].core);
     check_chosen(w, i);
 }
 
@@ -389,6 +333,12 @@ static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
     struct rep *r = &w->reps[i];
     struct mpx_config cfg;
     int err;
+    if (w->o->proto == SIM_NOP) {
+        /* Diskless (nop.h): every restart recovers from the others. */
+        sim__nop_boot(w, i, mode != MPX_START_FRESH);
+        sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
+        return;
+    }
     rep_config(w, i, &cfg);
     r->kv = kv_mem_create(SIM_KEYS_MAX);
     r->core = r->kv ? mpx_create(&cfg, kv_mem_sm(r->kv), &err) : NULL;
@@ -407,26 +357,28 @@ static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
                 rc = mpx_restore_entry(r->core, r->ents[k].buf, r->ents[k].len);
         }
         if (rc < 0)
-            fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
+            sim__fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
     }
     struct cons_outbox *ob;
     int rc = mpx_start(r->core, mode, w->now, &ob);
     if (rc < 0)
-        fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
+        sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
     r->up = 1;
     struct mpx_status st;
     mpx_status(r->core, &st);
     r->checked = st.commit;
-    take_outbox(w, i, ob);
-    at(w, urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
+    sim__take_outbox(w, i, ob);
+    sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
 }
 
 static void crash(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
     mpx_destroy(r->core);
+    nop_destroy(r->nop);
     kv_mem_destroy(r->kv);
     r->core = NULL;
+    r->nop = NULL;
     r->kv = NULL;
     r->up = 0;
     r->disk_busy = 0;
@@ -439,9 +391,13 @@ static uint32_t down_count(struct world *w)
     uint32_t d = 0;
     for (uint32_t i = 0; i < w->n; i++) {
         struct mpx_status st;
+        struct nop_stat ns;
         if (!w->reps[i].up)
             d++;
-        else if ((mpx_status(w->reps[i].core, &st), st.role == MPX_RECOVERING))
+        else if (w->o->proto == SIM_NOP) {
+            nop_status(w->reps[i].nop, &ns);
+            d += ns.status == NOP_RECOVERING;
+        } else if ((mpx_status(w->reps[i].core, &st), st.role == MPX_RECOVERING))
             d++;
     }
     return d;
@@ -451,39 +407,42 @@ static uint32_t down_count(struct world *w)
 
 static void on_fault(struct world *w)
 {
-    uint64_t dice = rnd(w) % 100;
+    uint64_t dice = sim__rnd(w) % 100;
     if (dice < 30) {
         uint32_t mask;
         do
-            mask = (uint32_t)rnd(w) & ((1u << w->n) - 1);
+            mask = (uint32_t)sim__rnd(w) & ((1u << w->n) - 1);
         while (mask == 0 || mask == (1u << w->n) - 1);
         for (uint32_t i = 0; i < w->n; i++)
             w->reps[i].side = mask >> i & 1;
         w->partitioned = 1;
         w->res->partitions++;
-        say(w, 1, "fault: partition mask %#x", mask);
+        sim__say(w, 1, "fault: partition mask %#x", mask);
+    } else if (dice < 40 && w->o->proto == SIM_NOP) {
+        sim__nop_failover(w);
     } else if (dice < 50) {
         w->partitioned = 0;
-        say(w, 1, "fault: partition healed");
+        sim__say(w, 1, "fault: partition healed");
     } else if (dice < 80 && down_count(w) < w->f) {
-        uint32_t i = (uint32_t)(rnd(w) % w->n);
+        uint32_t i = (uint32_t)(sim__rnd(w) % w->n);
         if (w->reps[i].up) {
-            int empty = rnd(w) % 100 < 35;
-            say(w, 1, "fault: crash replica %u (restart %s)", i, empty ? "empty" : "with disk");
+            int empty = sim__rnd(w) % 100 < 35;
+            sim__say(w, 1, "fault: crash replica %u (restart %s)", i,
+                     empty ? "empty" : "with disk");
             crash(w, i);
             w->res->crashes++;
             w->res->empty_restarts += (uint64_t)empty;
-            at(w, urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
-               empty ? MPX_START_EMPTY : MPX_START_RESTORED, NULL);
+            sim__at(w, sim__urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
+                    empty ? MPX_START_EMPTY : MPX_START_RESTORED, NULL);
         }
     }
     if (w->now < w->fault_end)
-        at(w, urange(w, 20 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
+        sim__at(w, sim__urange(w, 20 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
 }
 
 static void on_heal(struct world *w)
 {
-    say(w, 1, "heal: network clean, every replica up");
+    sim__say(w, 1, "heal: network clean, every replica up");
     w->healed = 1;
     w->partitioned = 0;
     w->drop_p = 0;
@@ -539,11 +498,15 @@ static struct lin_op *hist_add(struct world *w)
 static void client_send(struct world *w, struct client *c)
 {
     uint8_t buf[CONS_WIRE_OP_MAX + 64];
+    if (w->o->proto == SIM_NOP) {
+        sim__nop_client_send(w, c);
+        return;
+    }
     int len = mpx_encode_request(buf, sizeof buf, &c->op);
     assert(len > 0);
     net_send(w, cons_client(c->id), cons_replica(c->target), buf, (uint32_t)len);
     c->gen++;
-    at(w, SIM_RETRY_NS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
+    sim__at(w, SIM_RETRY_NS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
 }
 
 /* A random operation over a few keys, so operations contend. Values are
@@ -551,8 +514,8 @@ static void client_send(struct world *w, struct client *c)
 static void client_next(struct world *w, struct client *c)
 {
     struct cons_op *op = &c->op;
-    uint32_t k = (uint32_t)(rnd(w) % w->nkeys);
-    uint64_t dice = rnd(w) % 100;
+    uint32_t k = (uint32_t)(sim__rnd(w) % w->nkeys);
+    uint64_t dice = sim__rnd(w) % 100;
     memset(op, 0, offsetof(struct cons_op, key));
     op->client_id = c->id;
     op->req_no = ++c->req_no;
@@ -580,11 +543,12 @@ static void client_next(struct world *w, struct client *c)
         h->exp = exp;
     } else {
         op->type = CONS_OP_SCAN;
-        op->scan_limit = (uint8_t)urange(w, 1, 4);
+        op->scan_limit = (uint8_t)sim__urange(w, 1, 4);
         h->scan_limit = op->scan_limit;
     }
     h->type = op->type;
     c->hist = w->hist_n - 1;
+    c->ncands = 0;
     c->busy = 1;
     w->res->ops_issued++;
     client_send(w, c);
@@ -614,8 +578,12 @@ static void on_client_msg(struct world *w, struct client *c, const struct smsg *
 {
     struct cons_reply rep;
     uint32_t hint;
+    if (w->o->proto == SIM_NOP) {
+        sim__nop_client_msg(w, c, m);
+        return;
+    }
     if (mpx_decode_reply(m->data, m->len, &rep, &hint) < 0) {
-        fail(w, "client %" PRIu64 ": malformed reply", c->id);
+        sim__fail(w, "client %" PRIu64 ": malformed reply", c->id);
         return;
     }
     if (!c->busy || rep.req_no != c->req_no)
@@ -623,9 +591,16 @@ static void on_client_msg(struct world *w, struct client *c, const struct smsg *
     if (rep.status == FK_ENOTLEADER) {
         c->target = hint < w->n && hint != c->target ? hint : (c->target + 1) % w->n;
         c->gen++; /* cancels the retry timer; resend shortly to the new target */
-        at(w, urange(w, 1 * MS, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 2, NULL);
+        sim__at(w, sim__urange(w, 1 * MS, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 2,
+                NULL);
         return;
     }
+    sim__client_done(w, c, &rep);
+}
+
+void sim__client_done(struct world *w, struct client *c, const struct cons_reply *rep_)
+{
+    const struct cons_reply rep = *rep_;
     struct lin_op *h = &w->hist[c->hist];
     h->ret = w->now;
     h->status = rep.status;
@@ -635,18 +610,18 @@ static void on_client_msg(struct world *w, struct client *c, const struct smsg *
     if (h->type == CONS_OP_SCAN && rep.status == 0)
         bad = scan_result(w, h, &rep) < 0;
     if (bad)
-        fail(w, "client %" PRIu64 ": unparsable reply", c->id);
+        sim__fail(w, "client %" PRIu64 ": unparsable reply", c->id);
     if (h->type == CONS_OP_GET && rep.status == 0)
         c->seen[h->key] = h->out;
     if ((h->type == CONS_OP_PUT || h->type == CONS_OP_CAS) && rep.status == 0)
         c->seen[h->key] = h->arg;
-    say(w, 2, "client %" PRIu64 " op %u key %u -> %d", c->id, h->type, h->key, rep.status);
+    sim__say(w, 2, "client %" PRIu64 " op %u key %u -> %d", c->id, h->type, h->key, rep.status);
     c->busy = 0;
     c->done++;
     w->res->ops_done++;
     c->gen++;
     if (!w->healed && c->done < w->o->ops_per_client)
-        at(w, urange(w, 0, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 1, NULL);
+        sim__at(w, sim__urange(w, 0, 5 * MS), EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 1, NULL);
 }
 
 /* what: 0 = the retry timeout fired, 1 = start the next op, 2 = resend. */
@@ -685,7 +660,7 @@ static void dispatch(struct world *w, struct ev *e)
         if (r->up && e->inc == r->inc) {
             struct cons_input in = {.kind = CONS_IN_TICK};
             feed(w, e->who, &in);
-            at(w, SIM_TICK_NS, EV_TICK, e->who, r->inc, 0, NULL);
+            sim__at(w, SIM_TICK_NS, EV_TICK, e->who, r->inc, 0, NULL);
         }
         break;
     case EV_DISK:
@@ -702,8 +677,8 @@ static void dispatch(struct world *w, struct ev *e)
         break;
     case EV_RESTART:
         if (!r->up && e->inc == r->inc) {
-            say(w, 1, "restart replica %u %s", e->who,
-                e->arg == MPX_START_EMPTY ? "empty" : "with disk");
+            sim__say(w, 1, "restart replica %u %s", e->who,
+                     e->arg == MPX_START_EMPTY ? "empty" : "with disk");
             boot(w, e->who, (enum mpx_start_mode)e->arg);
         }
         break;
@@ -724,6 +699,22 @@ static int clients_idle(const struct world *w)
     return 1;
 }
 
+/* The number of slots replica i applied, if they are all committed (a
+ * NOPaxos leader executes ahead of the commit point). */
+static int settled_prefix(struct world *w, uint32_t i, uint64_t *applied)
+{
+    if (w->o->proto == SIM_NOP) {
+        struct nop_stat st;
+        nop_status(w->reps[i].nop, &st);
+        *applied = st.executed;
+        return st.status == NOP_NORMAL && st.executed <= st.commit;
+    }
+    struct mpx_status st;
+    mpx_status(w->reps[i].core, &st);
+    *applied = st.applied;
+    return 1;
+}
+
 /* Replicas that applied the same prefix must hold the same state. */
 static void check_states(struct world *w)
 {
@@ -733,17 +724,14 @@ static void check_states(struct world *w)
         abort();
     for (uint32_t i = 0; i < w->n; i++) {
         for (uint32_t j = i + 1; j < w->n; j++) {
-            struct mpx_status si, sj;
-            mpx_status(w->reps[i].core, &si);
-            mpx_status(w->reps[j].core, &sj);
-            if (si.applied != sj.applied)
+            uint64_t ai, aj;
+            if (!settled_prefix(w, i, &ai) || !settled_prefix(w, j, &aj) || ai != aj)
                 continue;
             struct cons_sm mi = kv_mem_sm(w->reps[i].kv), mj = kv_mem_sm(w->reps[j].kv);
             size_t la, lb;
             if (mi.ops->snapshot(mi.impl, a, cap, &la) < 0 ||
                 mj.ops->snapshot(mj.impl, b, cap, &lb) < 0 || la != lb || memcmp(a, b, la))
-                fail(w, "replicas %u and %u applied %" PRIu64 " slots but differ", i, j,
-                     si.applied);
+                sim__fail(w, "replicas %u and %u applied %" PRIu64 " slots but differ", i, j, ai);
         }
     }
     free(a);
@@ -752,14 +740,14 @@ static void check_states(struct world *w)
 
 static void setup(struct world *w)
 {
-    w->n = rnd(w) % 100 < 60 ? 3 : 5;
+    w->n = sim__rnd(w) % 100 < 60 ? 3 : 5;
     w->f = w->n / 2;
-    w->nclients = (uint32_t)urange(w, 2, 5);
-    w->nkeys = (uint32_t)urange(w, 2, 5);
-    w->drop_p = ufrac(w) * 0.10;
-    w->dup_p = ufrac(w) * 0.05;
-    w->delay_max = urange(w, 1 * MS, 15 * MS);
-    w->disk_max = urange(w, 100000, 3 * MS);
+    w->nclients = (uint32_t)sim__urange(w, 2, 5);
+    w->nkeys = (uint32_t)sim__urange(w, 2, 5);
+    w->drop_p = sim__ufrac(w) * 0.10;
+    w->dup_p = sim__ufrac(w) * 0.05;
+    w->delay_max = sim__urange(w, 1 * MS, 15 * MS);
+    w->disk_max = sim__urange(w, 100000, 3 * MS);
     w->fault_end = SIM_FAULT_NS;
     w->res->n = w->n;
     w->res->clients = w->nclients;
@@ -769,26 +757,50 @@ static void setup(struct world *w)
         boot(w, i, MPX_START_FRESH);
     for (uint32_t c = 0; c < w->nclients; c++) {
         w->cl[c].id = c + 1;
-        w->cl[c].target = (uint32_t)(rnd(w) % w->n);
-        at(w, urange(w, 1 * MS, 50 * MS), EV_CLIENT, c, 0, 1, NULL);
+        w->cl[c].target = (uint32_t)(sim__rnd(w) % w->n);
+        sim__at(w, sim__urange(w, 1 * MS, 50 * MS), EV_CLIENT, c, 0, 1, NULL);
     }
-    at(w, urange(w, 50 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
-    at(w, SIM_FAULT_NS, EV_HEAL, 0, 0, 0, NULL);
+    sim__at(w, sim__urange(w, 50 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
+    sim__at(w, SIM_FAULT_NS, EV_HEAL, 0, 0, 0, NULL);
 }
 
 static void finish(struct world *w)
 {
     if (!w->failed && !clients_idle(w))
-        fail(w, "liveness: operations still pending %" PRIu64 " ms after healing",
-             SIM_LIVE_NS / MS);
+        sim__fail(w, "liveness: operations still pending %" PRIu64 " ms after healing",
+                  SIM_LIVE_NS / MS);
     if (!w->failed)
         check_states(w);
     char why[200] = "";
     int rc = lin_check(w->hist, w->hist_n, w->nkeys, 20000000, why, sizeof why);
     if (rc == FK_EPROTO)
-        fail(w, "linearizability: %s", why);
+        sim__fail(w, "linearizability: %s", why);
     else if (rc < 0)
-        fail(w, "linearizability check failed to finish: %s %s", fk_err_name(rc), why);
+        sim__fail(w, "linearizability check failed to finish: %s %s", fk_err_name(rc), why);
+}
+
+/* On a failure with --verbose: where every replica ended up. */
+static void dump(struct world *w)
+{
+    for (uint32_t i = 0; i < w->n && w->o->verbose; i++) {
+        struct rep *r = &w->reps[i];
+        if (!r->up) {
+            printf("  replica %u: down\n", i);
+        } else if (w->o->proto == SIM_NOP) {
+            struct nop_stat st;
+            nop_status(r->nop, &st);
+            printf("  replica %u: status %u view (%u,%u)%s log %" PRIu64 " commit %" PRIu64
+                   " executed %" PRIu64 "\n",
+                   i, st.status, st.view.leader_num, st.view.session, st.is_leader ? " leader" : "",
+                   st.log_len, st.commit, st.executed);
+        } else {
+            struct mpx_status st;
+            mpx_status(r->core, &st);
+            printf("  replica %u: role %u ballot %#" PRIx64 " commit %" PRIu64 " applied %" PRIu64
+                   " last %" PRIu64 "\n",
+                   i, st.role, st.promised, st.commit, st.applied, st.last);
+        }
+    }
 }
 
 static void teardown(struct world *w)
@@ -835,6 +847,8 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
         }
     }
     finish(w);
+    if (w->failed)
+        dump(w);
     res->vtime_ns = w->now;
     res->ok = !w->failed;
     teardown(w);

@@ -1,8 +1,8 @@
 /*
  * sim.h: the deterministic fault simulator for the protocol cores.
  *
- * One run = one seed. Everything random comes from a splitmix64 stream
- * seeded by it, time is virtual, and events are ordered by (time, sequence
+ * One run = one seed and one protocol (Multi-Paxos or NOPaxos). Everything random comes from a
+ * splitmix64 stream seeded by it, time is virtual, and events are ordered by (time, sequence
  * number), so a seed replays exactly. A run drives real cores (mpx.h)
  * through a simulated world:
  *   network  drops, duplicates, delays (hence reorders) every message with
@@ -11,8 +11,15 @@
  *            loses the ones not completed;
  *   crashes  at most f replicas down (or recovering) at once; each restarts
  *            after a random time with its disk or empty (state transfer);
+ *            NOPaxos replicas are diskless, so they always recover;
+ *   OUM      for NOPaxos, a sequencer stamps each client request with
+ *            (session, number) and multicasts it in order to every replica,
+ *            replacing it by a drop notification at random; it fails over
+ *            to a new session at random;
  *   clients  several, each with one outstanding request, retried on a
- *            timeout to the hinted or next replica.
+ *            timeout (Multi-Paxos: to the hinted or next replica; NOPaxos:
+ *            through the sequencer, accepting f+1 matching replies in one
+ *            view that include the leader's).
  * After the fault phase everything heals; every pending client operation
  * must then complete within live_ns of virtual time (liveness). Every step
  * is followed by the core's invariants() and a cross-replica check that no
@@ -31,9 +38,12 @@
 #define SIM_CLIENTS_MAX 16
 #define SIM_KEYS_MAX    16
 
+enum sim_proto { SIM_MPX = 0, SIM_NOP = 1 };
+
 struct sim_opts {
     uint64_t seed;
-    uint32_t bugs;           /* MPX_BUG_* planted on every replica (tests only) */
+    int proto;               /* enum sim_proto */
+    uint32_t bugs;           /* MPX_BUG_* or NOP_BUG_* on every replica (tests only) */
     int verbose;             /* 1: one line per fault; 2: plus every client op */
     uint32_t ops_per_client; /* default 40 */
 };
@@ -44,7 +54,8 @@ struct sim_result {
     uint32_t n, clients;
     uint64_t ops_done, ops_issued;
     uint64_t steps, msgs, dropped, duplicated, partitions, crashes, empty_restarts;
-    uint64_t vtime_ns; /* virtual time at the end */
+    uint64_t failovers, oum_drops; /* NOPaxos: sequencer failovers, OUM drop notifications */
+    uint64_t vtime_ns;             /* virtual time at the end */
     double drop_p, dup_p;
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The short simulation campaign of `make test`: 1,000 faulty seeds of
-# Multi-Paxos must all pass, and each planted bug must be caught by the
-# checkers (proof that they can fail). `make sim SEEDS=N` runs longer ones.
+# Multi-Paxos and 1,000 of NOPaxos must all pass, and each planted bug must
+# be caught by the checkers (proof that they can fail). `make sim SEEDS=N`
+# runs longer ones.
 set -u
 . "$(dirname "$0")/../lib.sh"
 sim=${BUILD:-build}/bin/flowkv-sim
@@ -10,16 +11,18 @@ if [ ! -x "$sim" ]; then
     t_done
 fi
 
-out=$("$sim" --seeds 1000 2>&1)
-rc=$?
-echo "$out" | tail -n 4
-if [ $rc -eq 0 ] && grep -q "1000 seeds.* 0 failed" <<<"$out"; then
-    t_ok "mpx: 1000 seeds with faults pass"
-else
-    t_fail "mpx: 1000 seeds with faults pass" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
-fi
+for proto in mpx nop; do
+    out=$("$sim" --proto $proto --seeds 1000 2>&1)
+    rc=$?
+    echo "$out" | tail -n 3
+    if [ $rc -eq 0 ] && grep -q "$proto: 1000 seeds.* 0 failed" <<<"$out"; then
+        t_ok "$proto: 1000 seeds with faults pass"
+    else
+        t_fail "$proto: 1000 seeds with faults pass" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
+    fi
+done
 
-for bug in apply-uncommitted local-reads no-merge; do
+for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec; do
     out=$("$sim" --seeds 1000 --bug "$bug" --expect-failure 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && grep -q "replay: .* --seed [0-9]* --bug $bug" <<<"$out"; then
@@ -28,6 +31,17 @@ for bug in apply-uncommitted local-reads no-merge; do
         t_fail "planted bug $bug is found" "no seed failed"
     fi
 done
+
+# The replay command a failure prints reproduces that failure exactly.
+out=$("$sim" --seeds 1000 --bug no-merge --expect-failure 2>&1)
+cmd=$(grep -m1 "replay:" <<<"$out" | sed 's/^ *replay: //')
+why=$(grep -m1 "^FAIL" <<<"$out" | sed 's/^FAIL [a-z]* seed [0-9]* ([^)]*): //')
+again=$($cmd 2>&1)
+if [ -n "$cmd" ] && grep -qF "$why" <<<"$again"; then
+    t_ok "replay command reproduces the failure: $cmd"
+else
+    t_fail "replay command reproduces the failure" "'$cmd' did not print '$why'"
+fi
 
 # A replay of one seed is deterministic: two runs print the same trace.
 a=$("$sim" --seed 42 --verbose 2>&1 | grep -v "wall\|per CPU")

@@ -1,0 +1,594 @@
+/* nop.c: the NOPaxos replica: setup, execution, normal operation over the
+ * OUM (section 5.2.1), gap agreement (5.2.2), synchronization (5.2.4) and
+ * the step dispatcher. View change and recovery are in nop_view.c. */
+#include "nop_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint32_t nop__leader_of(const struct nop *r, struct nop_view v)
+{
+    return v.leader_num % r->cfg.n;
+}
+
+int nop__is_leader(const struct nop *r)
+{
+    return r->status == NOP_NORMAL && nop__leader_of(r, r->view) == r->cfg.id;
+}
+
+static int config_ok(const struct nop_config *c)
+{
+    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
+           c->log_cap >= 16 &&
+           (uint64_t)c->log_cap * (CONS_WIRE_OP_MAX + 1) + 4096 <= CONS_MSG_MAX &&
+           c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX && c->heartbeat_ns > 0 &&
+           c->election_ns > 2 * c->heartbeat_ns;
+}
+
+/* Memory, allocated here once:
+ *   log       log_cap * sizeof(struct nop_entry)  (2,144 B each)
+ *   exec_sig  log_cap * 8 B
+ *   OUM       NOP_OUM_BUF * sizeof(struct nop_oum) (64 * 2,152 B = 135 KiB)
+ *   clients   2 * clients_max rows of ~8.2 KiB (cons.h)
+ *   arena     max(arena_bytes, 2 * (log_cap * CONS_WIRE_OP_MAX + 4 KiB) + 64 KiB), since a
+ *             START-VIEW goes to every replica and each carries the whole log
+ * e.g. log_cap 1024 with 16 clients: 2.2 + 0.1 + 0.3 + 4.4 MiB (only touched pages count). */
+static int alloc_all(struct nop *r)
+{
+    const struct nop_config *c = &r->cfg;
+    r->log = calloc(c->log_cap, sizeof *r->log);
+    r->exec_sig = calloc(c->log_cap, sizeof *r->exec_sig);
+    r->oum = calloc(NOP_OUM_BUF, sizeof *r->oum);
+    size_t whole = (size_t)c->log_cap * (CONS_WIRE_OP_MAX + 1) + 4096;
+    size_t arena = c->arena_bytes;
+    if (arena < (c->n + 1) * whole + (64u << 10))
+        arena = (c->n + 1) * whole + (64u << 10);
+    r->ob.arena = malloc(arena);
+    r->ob.arena_cap = arena;
+    if (!r->log || !r->exec_sig || !r->oum || !r->ob.arena)
+        return FK_ENOMEM;
+    return cons_ctab_init(&r->ctab, c->clients_max);
+}
+
+struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err)
+{
+    *err = FK_EINVAL;
+    if (!cfg || !config_ok(cfg) || !sm.ops)
+        return NULL;
+    struct nop *r = calloc(1, sizeof *r);
+    *err = FK_ENOMEM;
+    if (!r)
+        return NULL;
+    r->cfg = *cfg;
+    r->sm = sm;
+    r->f = cfg->n / 2;
+    r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
+    if ((*err = alloc_all(r)) < 0) {
+        nop_destroy(r);
+        return NULL;
+    }
+    /* The state machine starts empty (replicas are diskless); keep that
+     * state so a replica can reset and re-execute after a view change. */
+    if (sm.ops->snapshot(sm.impl, r->base_snap, sizeof r->base_snap, &r->base_snap_len) < 0) {
+        *err = FK_EINVAL;
+        nop_destroy(r);
+        return NULL;
+    }
+    *err = 0;
+    return r;
+}
+
+void nop_destroy(struct nop *r)
+{
+    if (!r)
+        return;
+    cons_ctab_free(&r->ctab);
+    free(r->log);
+    free(r->exec_sig);
+    free(r->oum);
+    free(r->ob.arena);
+    free(r);
+}
+
+/* ---- execution ------------------------------------------------------------- */
+
+uint64_t nop__entry_hash(const struct nop_entry *e)
+{
+    uint64_t h = 0xcbf29ce484222325ULL ^ e->kind;
+    const uint8_t *parts[4] = {(const uint8_t *)&e->op, e->op.key, e->op.val, e->op.exp};
+    size_t lens[4] = {offsetof(struct cons_op, key), e->op.key_len, e->op.val_len, e->op.exp_len};
+    if (e->kind != NOP_ENT_REQ)
+        return h * 0x100000001b3ULL;
+    for (int p = 0; p < 4; p++) {
+        for (size_t i = 0; i < lens[p]; i++)
+            h = (h ^ parts[p][i]) * 0x100000001b3ULL;
+    }
+    return h;
+}
+
+/* Executes log slots up to `upto` in order; the leader (reply != 0) answers
+ * each client with the result. */
+void nop__execute_to(struct nop *r, uint64_t upto, int reply)
+{
+    assert(upto <= r->log_len);
+    while (r->executed < upto && !r->poisoned) {
+        const struct nop_entry *e = &r->log[r->executed];
+        assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+        if (e->kind == NOP_ENT_REQ) {
+            int rc = cons_apply_once(&r->sm, &r->ctab, &e->op, &r->reply);
+            if (rc < 0) {
+                r->poisoned = 1;
+                return;
+            }
+            if (reply && rc <= 1)
+                nop__reply(r, r->executed + 1, 1, &r->reply);
+        }
+        r->exec_sig[r->executed] = nop__entry_hash(e);
+        r->executed++;
+    }
+}
+
+/* State transfer by re-execution: if the log no longer holds what this
+ * replica executed (it executed speculatively as an old leader, or adopted
+ * a recovering state), reset to the empty state; callers re-execute. */
+void nop__check_executed(struct nop *r)
+{
+    for (uint64_t i = 1; i <= r->executed; i++) {
+        if (i > r->log_len || nop__entry_hash(&r->log[i - 1]) != r->exec_sig[i - 1]) {
+            static const uint8_t empty_table[4] = {0, 0, 0, 0};
+            if (r->sm.ops->install(r->sm.impl, r->base_snap, r->base_snap_len) < 0 ||
+                cons_ctab_load(&r->ctab, empty_table, sizeof empty_table) < 0) {
+                r->poisoned = 1;
+                return;
+            }
+            r->executed = 0;
+            return;
+        }
+    }
+}
+
+/* ---- normal operation over the OUM (section 5.2.1) ------------------------ */
+
+static uint64_t expected(const struct nop *r)
+{
+    return r->log_len - r->sess_start + 1;
+}
+
+void nop__oum_clear(struct nop *r)
+{
+    r->oum_drop_upto = 0;
+    for (uint32_t i = 0; i < NOP_OUM_BUF; i++)
+        r->oum[i].kind = 0;
+}
+
+static void append(struct nop *r, const struct nop_entry *e)
+{
+    assert(r->log_len < r->cfg.log_cap);
+    r->log[r->log_len++] = *e;
+}
+
+static void ack_request(struct nop *r, uint64_t slot, const struct cons_op *op)
+{
+    memset(&r->reply, 0, offsetof(struct cons_reply, data));
+    r->reply.client_id = op->client_id;
+    r->reply.req_no = op->req_no;
+    nop__reply(r, slot, 0, &r->reply);
+}
+
+static void send_gap_commits(struct nop *r)
+{
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id && !(r->gap_acks >> p & 1))
+            nop__send_u64(r, p, NOP_GAP_COMMIT, r->gap_slot);
+    }
+    r->gap_sent = r->now;
+}
+
+/* A dropped message (5.2.2): the leader commits a NO-OP in its slot and
+ * stops until f followers hold it too; a follower asks the leader. */
+static void on_drop(struct nop *r)
+{
+    if (nop__is_leader(r)) {
+        struct nop_entry e = {.kind = NOP_ENT_NOOP};
+        append(r, &e);
+        nop__execute_to(r, r->log_len, 1);
+        r->gap_slot = r->log_len;
+        r->gap_acks = 0;
+        send_gap_commits(r);
+        return;
+    }
+    if (r->cfg.bugs & NOP_BUG_NO_GAP_AGREEMENT) {
+        struct nop_entry e = {.kind = NOP_ENT_NOOP};
+        append(r, &e); /* planted bug: decides the gap alone */
+        return;
+    }
+    r->find_slot = r->log_len + 1;
+    r->find_sent = r->now;
+    nop__send_u64(r, nop__leader_of(r, r->view), NOP_GAP_FIND, r->find_slot);
+}
+
+/* Processes buffered OUM messages in number order while nothing blocks. */
+void nop__drain(struct nop *r)
+{
+    while (r->status == NOP_NORMAL && !r->poisoned && !r->gap_slot && !r->find_slot &&
+           r->log_len < r->cfg.log_cap) {
+        uint64_t want = expected(r);
+        struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
+        uint8_t kind = NOP_OUM_DROP;
+        if (s->kind && s->msgnum == want)
+            kind = s->kind;
+        else if (want > r->oum_drop_upto)
+            return;
+        s->kind = 0;
+        if (kind == NOP_OUM_DROP) {
+            on_drop(r);
+            continue;
+        }
+        struct nop_entry e = {.kind = NOP_ENT_REQ, .op = s->op};
+        append(r, &e);
+        if (nop__is_leader(r))
+            nop__execute_to(r, r->log_len, 1);
+        else
+            ack_request(r, r->log_len, &e.op);
+        if (!nop__is_leader(r) && (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC))
+            nop__execute_to(r, r->log_len, 0); /* planted bug */
+    }
+}
+
+static void on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op *op)
+{
+    uint32_t session = (uint32_t)m->term;
+    if (r->status == NOP_RECOVERING)
+        return;
+    if (session > r->view.session) {
+        /* The sequencer failed over: a new session needs a new view. */
+        struct nop_view v = {r->view.leader_num, session};
+        nop__start_view_change(r, v);
+        return;
+    }
+    if (session < r->view.session || r->status != NOP_NORMAL)
+        return;
+    uint64_t want = expected(r), num = m->u1;
+    if (num < want)
+        return; /* old */
+    if (num >= want + NOP_OUM_BUF) {
+        /* Beyond the buffer: in OUM order everything before it was dropped,
+         * and it is dropped too (the client retries). */
+        if (num > r->oum_drop_upto)
+            r->oum_drop_upto = num;
+        nop__drain(r);
+        return;
+    }
+    /* The OUM delivers in order, so every number skipped was dropped. */
+    for (uint64_t k = want; k < num; k++) {
+        struct nop_oum *s = &r->oum[k % NOP_OUM_BUF];
+        if (!s->kind || s->msgnum != k) {
+            s->kind = NOP_OUM_DROP;
+            s->msgnum = k;
+        }
+    }
+    struct nop_oum *s = &r->oum[num % NOP_OUM_BUF];
+    s->kind = m->type;
+    s->msgnum = num;
+    if (m->type == NOP_OUM_REQ)
+        s->op = *op;
+    nop__drain(r);
+}
+
+/* ---- gap agreement (section 5.2.2) ------------------------------------------ */
+
+static void on_gap_find(struct nop *r, const struct nop_msg *m)
+{
+    if (!nop__is_leader(r) || m->u1 == 0 || m->u1 > r->log_len)
+        return;
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_GAP_RECV, nop__pack(r->view));
+    nop__put_segment(r, &w, m->u1, m->u1);
+    nop__send(r, &w, cons_replica(m->from));
+}
+
+/* Places the leader's entry e at slot on a follower. */
+static void follower_put(struct nop *r, uint64_t slot, const struct nop_entry *e)
+{
+    if (slot <= r->commit || slot > r->log_len + 1)
+        return; /* committed (identical) or not contiguous */
+    if (slot <= r->log_len)
+        r->log[slot - 1] = *e;
+    else
+        append(r, e);
+    if (r->find_slot && r->find_slot <= r->log_len)
+        r->find_slot = 0;
+}
+
+static void on_gap_recv(struct nop *r, const struct nop_msg *m)
+{
+    struct cons_rbuf rd = m->ents;
+    struct nop_entry e;
+    nop__entry_next(&rd, &e);
+    uint64_t before = r->log_len;
+    if (r->log_len >= r->cfg.log_cap && m->lo > r->log_len)
+        return;
+    follower_put(r, m->lo, &e);
+    if (r->log_len > before && e.kind == NOP_ENT_REQ)
+        ack_request(r, r->log_len, &e.op);
+    nop__drain(r);
+}
+
+static void on_gap_commit(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_entry e = {.kind = NOP_ENT_NOOP};
+    if (m->u1 == 0 || m->u1 > r->log_len + 1 || m->u1 <= r->commit ||
+        (m->u1 > r->log_len && r->log_len >= r->cfg.log_cap)) {
+        if (m->u1 != 0 && m->u1 <= r->commit)
+            nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
+        return;
+    }
+    follower_put(r, m->u1, &e);
+    nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
+    nop__drain(r);
+}
+
+static void on_gap_commit_rep(struct nop *r, const struct nop_msg *m)
+{
+    if (!nop__is_leader(r) || !r->gap_slot || m->u1 != r->gap_slot)
+        return;
+    r->gap_acks |= 1ull << m->from;
+    if ((uint32_t)__builtin_popcountll(r->gap_acks) >= r->f) {
+        r->gap_slot = 0;
+        nop__drain(r);
+    }
+}
+
+/* ---- synchronization (section 5.2.4) ----------------------------------------- */
+
+static void send_sync(struct nop *r, uint32_t p)
+{
+    uint64_t lo = r->acked[p] + 1, hi = r->log_len;
+    if (hi >= lo + NOP_SYNC_ENTRIES)
+        hi = lo + NOP_SYNC_ENTRIES - 1;
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
+    cons_w_u64(&w, r->commit);
+    nop__put_segment(r, &w, lo, hi);
+    nop__send(r, &w, cons_replica(p));
+}
+
+/* A follower adopts the leader's entries (NO-OPs included), extends its
+ * synced prefix when contiguous, and executes what the leader committed. */
+static void on_sync(struct nop *r, const struct nop_msg *m)
+{
+    r->last_heard = r->now;
+    struct cons_rbuf rd = m->ents;
+    struct nop_entry e;
+    uint64_t i = m->lo;
+    for (uint32_t k = 0; k < m->nents; k++, i++) {
+        nop__entry_next(&rd, &e);
+        if (i > r->log_len + 1 || (i > r->log_len && r->log_len >= r->cfg.log_cap))
+            break;
+        follower_put(r, i, &e);
+    }
+    if (m->lo <= r->synced + 1 && i - 1 > r->synced)
+        r->synced = i - 1;
+    uint64_t c = m->u1 < r->synced ? m->u1 : r->synced;
+    if (c > r->commit)
+        r->commit = c;
+    nop__execute_to(r, r->commit > r->executed ? r->commit : r->executed, 0);
+    nop__send_u64(r, m->from, NOP_SYNC_REP, r->synced);
+    nop__drain(r);
+}
+
+/* The leader's commit point is the largest slot that f+1 replicas hold
+ * exactly as the leader does (itself included). */
+static void on_sync_rep(struct nop *r, const struct nop_msg *m)
+{
+    if (!nop__is_leader(r))
+        return;
+    r->acked[m->from] = m->u1 < r->log_len ? m->u1 : r->log_len;
+    uint64_t v[CONS_REPLICAS_MAX] = {0};
+    uint32_t n = 0;
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        v[n++] = p == r->cfg.id ? r->log_len : r->acked[p];
+    for (uint32_t a = 0; a < n; a++) { /* sort descending; n <= 7 */
+        for (uint32_t b = a + 1; b < n; b++) {
+            if (v[b] > v[a]) {
+                uint64_t t = v[a];
+                v[a] = v[b];
+                v[b] = t;
+            }
+        }
+    }
+    if (v[r->f] > r->commit)
+        r->commit = v[r->f];
+}
+
+/* ---- timers and dispatch ------------------------------------------------------- */
+
+static void tick(struct nop *r)
+{
+    if (r->status == NOP_RECOVERING) {
+        nop__recover_tick(r);
+        return;
+    }
+    if (r->status == NOP_VIEWCHANGE) {
+        nop__vc_tick(r);
+        return;
+    }
+    if (nop__is_leader(r)) {
+        if (r->now >= r->next_sync) {
+            r->next_sync = r->now + r->cfg.heartbeat_ns;
+            for (uint32_t p = 0; p < r->cfg.n; p++) {
+                if (p != r->cfg.id)
+                    send_sync(r, p);
+            }
+            if (r->gap_slot)
+                send_gap_commits(r);
+        }
+        return;
+    }
+    if (r->now - r->last_heard >= r->cfg.election_ns) {
+        struct nop_view v = {r->view.leader_num + 1, r->view.session};
+        nop__start_view_change(r, v); /* the leader went quiet */
+        return;
+    }
+    if (r->find_slot && r->now - r->find_sent >= r->cfg.heartbeat_ns) {
+        r->find_sent = r->now;
+        nop__send_u64(r, nop__leader_of(r, r->view), NOP_GAP_FIND, r->find_slot);
+    }
+}
+
+static int newer(struct nop_view a, struct nop_view b)
+{
+    return a.leader_num > b.leader_num || a.session > b.session;
+}
+
+static void on_replica_msg(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view v = nop__unpack(m->term);
+    if (r->status == NOP_RECOVERING) {
+        if (m->type == NOP_RECOVERY_REP)
+            nop__on_recovery_rep(r, m);
+        return;
+    }
+    switch (m->type) {
+    case NOP_VC_REQ:
+        nop__on_vc_req(r, m);
+        return;
+    case NOP_VC:
+        nop__on_vc(r, m);
+        return;
+    case NOP_START_VIEW:
+        nop__on_start_view(r, m);
+        return;
+    case NOP_RECOVERY:
+        nop__on_recovery(r, m);
+        return;
+    default:
+        break;
+    }
+    if (newer(v, r->view)) {
+        /* A view started without us: join it (its leader resends START-VIEW). */
+        struct nop_view mx = {v.leader_num > r->view.leader_num ? v.leader_num : r->view.leader_num,
+                              v.session > r->view.session ? v.session : r->view.session};
+        nop__start_view_change(r, mx);
+        return;
+    }
+    if (!nop__view_eq(v, r->view) || r->status != NOP_NORMAL)
+        return;
+    int from_leader = m->from == nop__leader_of(r, r->view);
+    switch (m->type) {
+    case NOP_GAP_FIND:
+        on_gap_find(r, m);
+        break;
+    case NOP_GAP_RECV:
+        if (from_leader)
+            on_gap_recv(r, m);
+        break;
+    case NOP_GAP_COMMIT:
+        if (from_leader)
+            on_gap_commit(r, m);
+        break;
+    case NOP_GAP_COMMIT_REP:
+        on_gap_commit_rep(r, m);
+        break;
+    case NOP_SYNC:
+        if (from_leader)
+            on_sync(r, m);
+        break;
+    case NOP_SYNC_REP:
+        on_sync_rep(r, m);
+        break;
+    default:
+        break; /* RECOVERY_REP to a replica that is not recovering */
+    }
+}
+
+int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    *out = &r->ob;
+    if (r->started || (mode != NOP_START_FRESH && mode != NOP_START_EMPTY))
+        return FK_EINVAL;
+    r->started = 1;
+    r->now = r->last_heard = now;
+    if (mode == NOP_START_FRESH)
+        r->status = NOP_NORMAL;
+    else
+        nop__recover_start(r);
+    return 0;
+}
+
+int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    *out = &r->ob;
+    if (r->poisoned)
+        return FK_EPOISONED;
+    if (!r->started || !in)
+        return FK_EINVAL;
+    if (now > r->now)
+        r->now = now;
+    struct nop_msg m;
+    switch (in->kind) {
+    case CONS_IN_TICK:
+        tick(r);
+        break;
+    case CONS_IN_MSG:
+        if (nop__decode(in->buf, in->len, &m, &r->scratch_op) < 0)
+            return FK_EMALFORMED;
+        if (m.type == NOP_OUM_REQ || m.type == NOP_OUM_DROP) {
+            if (in->from.kind != CONS_ADDR_OUM)
+                return FK_EMALFORMED;
+            on_oum(r, &m, &r->scratch_op);
+        } else {
+            if (in->from.kind != CONS_ADDR_REPLICA || m.from != in->from.id || m.from >= r->cfg.n ||
+                m.from == r->cfg.id)
+                return FK_EMALFORMED;
+            on_replica_msg(r, &m);
+        }
+        break;
+    default:
+        return FK_EINVAL; /* diskless: nothing is ever persisted */
+    }
+    return r->poisoned ? FK_EPOISONED : 0;
+}
+
+void nop_invariants(const struct nop *r)
+{
+    assert(r->executed <= r->log_len && r->log_len <= r->cfg.log_cap);
+    assert(r->sess_start <= r->log_len);
+    assert(r->status == NOP_RECOVERING || r->commit <= r->log_len);
+    assert(r->synced <= r->log_len || r->status != NOP_NORMAL);
+    assert(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));
+    assert(r->find_slot == 0 || (!nop__is_leader(r) && r->find_slot == r->log_len + 1));
+    if (nop__is_leader(r))
+        assert(r->executed == r->log_len);
+    for (uint64_t i = 1; i <= r->log_len; i++)
+        assert(r->log[i - 1].kind == NOP_ENT_REQ || r->log[i - 1].kind == NOP_ENT_NOOP);
+    /* The newest executed entries still hold what was executed (the whole
+     * prefix is re-checked on every view entry, nop__check_executed). */
+    for (uint64_t i = r->executed > 8 ? r->executed - 8 : 1; i <= r->executed; i++)
+        assert(r->exec_sig[i - 1] == nop__entry_hash(&r->log[i - 1]) ||
+               (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC));
+}
+
+void nop_status(const struct nop *r, struct nop_stat *st)
+{
+    st->status = r->status;
+    st->view = r->view;
+    st->log_len = r->log_len;
+    st->commit = r->commit;
+    st->executed = r->executed;
+    st->is_leader = nop__is_leader(r);
+}
+
+int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash)
+{
+    if (index == 0 || index > r->commit || index > r->log_len || r->status == NOP_RECOVERING)
+        return 0;
+    *hash = nop__entry_hash(&r->log[index - 1]);
+    return 1;
+}

@@ -1,0 +1,125 @@
+/*
+ * nop.h: NOPaxos (Li, Michael, Szekeres, Kaur, Ports: "Just Say NO to
+ * Paxos Overhead", OSDI 2016) as a pure state machine; cons.h describes the
+ * contract (inputs in, outbox out).
+ *
+ * Inputs come from three sources:
+ *  - the ordered unreliable multicast (OUM, section 4): a message whose
+ *    source address kind is CONS_ADDR_OUM carries either a client request
+ *    stamped with (session, message number) or a drop notification for
+ *    (session, number). Within a session the OUM delivers in number order;
+ *    a number skipped without a notification counts as dropped too. A new
+ *    session number means the sequencer failed over.
+ *  - other replicas (gap agreement, synchronization, view change,
+ *    recovery);
+ *  - ticks.
+ *
+ * The protocol (section 5):
+ *  - Normal operation (5.2.1): every replica appends OUM requests to its log
+ *    in order; the leader executes each and replies with the result;
+ *    followers reply without one. A client accepts a result once f+1
+ *    replies agree on (view, log slot) and one is the leader's.
+ *  - Gap agreement (5.2.2): for a dropped message the leader appends a
+ *    NO-OP and processes nothing further until f followers confirm the
+ *    GAP-COMMIT; a follower that misses one asks the leader for the slot
+ *    (GAP-FIND) and takes the request or the NO-OP.
+ *  - View change (5.2.3): views are (leader number, session number); a
+ *    follower that stops hearing its leader, or sees a newer session, asks
+ *    for a view change; the new leader merges f+1 logs of the latest normal
+ *    view (a NO-OP anywhere wins, else a request anywhere, up to the longest
+ *    log) and starts the view. A session change restarts message numbers.
+ *  - Synchronization (5.2.4): the leader periodically brings followers'
+ *    logs up to its own; a prefix held by f+1 replicas is committed, and
+ *    followers execute only committed entries.
+ *  - Recovery (5.3.2, after Viewstamped Replication): a replica that
+ *    restarts asks all replicas under a nonce and rejoins with the log of
+ *    the leader of the newest view among f+1 answers.
+ *  - State transfer: a replica whose executed entries differ from a new
+ *    view's log resets its state machine and re-executes the log.
+ *
+ * Limits of this implementation (documented, not hidden):
+ *  - Replicas are diskless, as in the paper: state survives f crashes by
+ *    replication; a restarted replica always recovers from the others
+ *    (NOP_START_EMPTY). No persist requests are ever emitted.
+ *  - The log is not compacted: it holds log_cap entries, after which the
+ *    replica stops accepting requests (clients see no progress). View
+ *    change and recovery messages carry whole logs, so log_cap *
+ *    CONS_WIRE_OP_MAX must fit CONS_MSG_MAX (checked at create).
+ *  - Reads go through the log (linearizable).
+ *
+ * Thread safety: a handle belongs to one thread.
+ */
+#ifndef NOP_H
+#define NOP_H
+
+#include "cons.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The OUM's address kind (cons_addr.kind) for sequenced deliveries. */
+#define CONS_ADDR_OUM 3
+
+/* Test-only planted bugs, so the simulator proves its checkers can fail. */
+enum nop_bug {
+    NOP_BUG_NO_GAP_AGREEMENT = 1u << 0, /* a follower NO-OPs a dropped slot on its own */
+    NOP_BUG_FOLLOWER_EXEC = 1u << 1,    /* followers execute uncommitted entries */
+};
+
+struct nop_config {
+    uint32_t n, id;        /* 3..CONS_REPLICAS_MAX replicas, odd; this one */
+    uint32_t log_cap;      /* log entries, 16..(CONS_MSG_MAX / CONS_WIRE_OP_MAX) */
+    uint32_t clients_max;  /* client table rows */
+    size_t arena_bytes;    /* outbox arena; raised to hold two whole-log messages */
+    uint64_t heartbeat_ns; /* sync and retransmission period */
+    uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */
+    uint64_t seed;         /* recovery nonce; fresh per incarnation */
+    uint32_t bugs;         /* enum nop_bug; 0 in production */
+};
+
+enum nop_status { NOP_NORMAL = 1, NOP_VIEWCHANGE = 2, NOP_RECOVERING = 3 };
+enum nop_start_mode { NOP_START_FRESH = 1, NOP_START_EMPTY = 3 };
+
+/* A view: leader number (leader = leader_num % n) and session number. */
+struct nop_view {
+    uint32_t leader_num;
+    uint32_t session;
+};
+
+struct nop_stat {
+    uint8_t status;
+    struct nop_view view;
+    uint64_t log_len, commit, executed;
+    int is_leader;
+};
+
+struct nop;
+
+/* Creates a replica applying to sm (borrowed for its lifetime); allocates
+ * everything it will use. NULL with *err = FK_EINVAL or FK_ENOMEM. */
+struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err);
+void nop_destroy(struct nop *r);
+/* FRESH: a member of a new group. EMPTY: a restart; recovers first.
+ * FK_EINVAL when started twice. */
+int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons_outbox **out);
+/* Feeds one input (cons.h). Returns 0, FK_EMALFORMED (message ignored),
+ * FK_EINVAL (misuse), FK_EPOISONED (state machine failure). */
+int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out);
+/* Asserts internal invariants (aborts on violation). */
+void nop_invariants(const struct nop *r);
+void nop_status(const struct nop *r, struct nop_stat *st);
+/* If slot `index` <= commit, sets *hash to a hash of its entry; returns 1. */
+int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash);
+
+/* OUM side (the sequencer and the drop detector of libOUM): encode a
+ * stamped request or a drop notification. Return length or FK_ETOOBIG. */
+int nop_encode_oum_request(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum,
+                           const struct cons_op *op);
+int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum);
+
+/* Client side: decodes a replica's reply: its view, log slot, whether it
+ * carries the result (the leader's) and the reply. FK_EMALFORMED otherwise. */
+int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
+                     int *has_result, struct cons_reply *reply);
+
+#endif /* NOP_H */

@@ -1,0 +1,159 @@
+/*
+ * nop_internal.h: NOPaxos replica internals shared by nop*.c. Not a public
+ * header: drivers use nop.h only.
+ */
+#ifndef NOP_INTERNAL_H
+#define NOP_INTERNAL_H
+
+#include "cons.h"
+#include "cons_wire.h"
+#include "nop.h"
+
+#include <stdint.h>
+
+enum nop_type {
+    NOP_OUM_REQ = 1,        /* term = session; u64 msgnum, op */
+    NOP_OUM_DROP = 2,       /* term = session; u64 msgnum */
+    NOP_REPLY = 3,          /* term = view; u64 slot, u8 has_result, reply */
+    NOP_GAP_FIND = 4,       /* term = view; u64 slot */
+    NOP_GAP_RECV = 5,       /* term = view; log segment of one entry */
+    NOP_GAP_COMMIT = 6,     /* term = view; u64 slot */
+    NOP_GAP_COMMIT_REP = 7, /* term = view; u64 slot */
+    NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
+    NOP_SYNC_REP = 9,       /* term = view; u64 synced */
+    NOP_VC_REQ = 10,        /* term = view */
+    NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, whole log */
+    NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, whole log */
+    NOP_RECOVERY = 13,      /* u64 nonce */
+    NOP_RECOVERY_REP = 14,  /* term = view; u64 nonce, u8 leader, u64 sess_start, u64 commit,
+                               whole log when leader (else empty) */
+    NOP__TYPES
+};
+
+/* A log segment on the wire: u64 lo (first slot), u32 n, then n entries,
+ * each u8 kind (NOP_ENT_*) and, for a request, the op. */
+enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
+
+#define NOP_SYNC_ENTRIES 16   /* entries per SYNC message */
+#define NOP_OUM_BUF      64   /* OUM messages held while the next one is missing */
+#define NOP_BASE_SNAP    4096 /* bytes for the state machine's initial snapshot */
+
+struct nop_entry {
+    uint8_t kind; /* enum nop_ent */
+    struct cons_op op;
+};
+
+struct nop_oum {
+    uint8_t kind; /* 0 empty, NOP_OUM_REQ or NOP_OUM_DROP */
+    uint64_t msgnum;
+    struct cons_op op;
+};
+
+struct nop_msg {
+    uint8_t type;
+    uint32_t from;
+    uint64_t term;
+    uint64_t u1, u2, u3; /* per type, see enum nop_type */
+    uint8_t flag;
+    uint64_t lo; /* segment: first slot */
+    uint32_t nents;
+    struct cons_rbuf ents;
+};
+
+struct nop {
+    struct nop_config cfg;
+    struct cons_sm sm;
+    struct cons_ctab ctab;
+    uint32_t f;
+    uint8_t status, started, poisoned;
+    uint64_t rng, now, last_heard;
+
+    struct nop_view view, last_normal;
+    struct nop_entry *log; /* log[i - 1] is slot i */
+    uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
+    uint64_t log_len, sess_start, executed, commit, synced;
+
+    struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
+    uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */
+
+    /* Gap agreement: the leader's pending NO-OP, a follower's missing slot. */
+    uint64_t gap_slot, gap_acks, gap_sent;
+    uint64_t find_slot, find_sent;
+
+    /* Leader: each follower's synced prefix; sync timer. */
+    uint64_t acked[CONS_REPLICAS_MAX];
+    uint64_t next_sync;
+
+    /* View change and recovery. */
+    uint64_t vc_from, vc_since, vc_next;
+    struct nop_view vc_best;
+    uint64_t nonce, rec_from, rec_next;
+    struct nop_view rec_view, rec_leader_view;
+    int rec_have_leader;
+    uint64_t rec_commit;
+
+    uint8_t base_snap[NOP_BASE_SNAP]; /* the empty state, for re-execution */
+    size_t base_snap_len;
+    struct cons_reply reply;
+    struct cons_op scratch_op;
+    struct cons_outbox ob;
+};
+
+static inline uint64_t nop__pack(struct nop_view v)
+{
+    return (uint64_t)v.leader_num << 32 | v.session;
+}
+
+static inline struct nop_view nop__unpack(uint64_t t)
+{
+    struct nop_view v = {(uint32_t)(t >> 32), (uint32_t)t};
+    return v;
+}
+
+static inline int nop__view_eq(struct nop_view a, struct nop_view b)
+{
+    return a.leader_num == b.leader_num && a.session == b.session;
+}
+
+/* Views of normal operation are totally ordered; compare them so. */
+static inline int nop__view_cmp(struct nop_view a, struct nop_view b)
+{
+    if (a.leader_num != b.leader_num)
+        return a.leader_num < b.leader_num ? -1 : 1;
+    if (a.session != b.session)
+        return a.session < b.session ? -1 : 1;
+    return 0;
+}
+
+/* nop_msg.c */
+int nop__decode(const uint8_t *buf, size_t len, struct nop_msg *m, struct cons_op *op);
+void nop__begin(struct nop *r, struct cons_wbuf *w, uint8_t type, uint64_t term);
+void nop__send(struct nop *r, struct cons_wbuf *w, struct cons_addr to);
+void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1);
+/* Writes slots [lo, hi] of the log as a segment. */
+void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi);
+/* Reads the next entry of a validated segment. */
+void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e);
+void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep);
+
+/* nop.c */
+uint32_t nop__leader_of(const struct nop *r, struct nop_view v);
+int nop__is_leader(const struct nop *r);
+void nop__execute_to(struct nop *r, uint64_t upto, int reply);
+void nop__check_executed(struct nop *r);
+void nop__oum_clear(struct nop *r);
+void nop__drain(struct nop *r);
+uint64_t nop__entry_hash(const struct nop_entry *e);
+
+/* nop_view.c */
+void nop__start_view_change(struct nop *r, struct nop_view v);
+void nop__on_vc_req(struct nop *r, const struct nop_msg *m);
+void nop__on_vc(struct nop *r, const struct nop_msg *m);
+void nop__on_start_view(struct nop *r, const struct nop_msg *m);
+void nop__vc_tick(struct nop *r);
+void nop__recover_start(struct nop *r);
+void nop__recover_tick(struct nop *r);
+void nop__on_recovery(struct nop *r, const struct nop_msg *m);
+void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m);
+
+#endif /* NOP_INTERNAL_H */

@@ -1,0 +1,195 @@
+/* nop_msg.c: NOPaxos wire messages: validation-first decoding and the
+ * encoders the replica uses (layouts in nop_internal.h). */
+#include "nop_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <stddef.h>
+#include <string.h>
+
+/* Reads "u64 lo, u32 n, entries" and validates every entry. */
+static int take_segment(struct cons_rbuf *r, struct nop_msg *m)
+{
+    m->lo = cons_r_u64(r);
+    m->nents = cons_r_u32(r);
+    if (r->err || m->lo == 0 || m->nents > CONS_MSG_MAX / 2)
+        return FK_EMALFORMED;
+    m->ents = *r;
+    for (uint32_t i = 0; i < m->nents; i++) {
+        uint8_t kind = cons_r_u8(r);
+        if (kind == NOP_ENT_REQ) {
+            struct cons_rbuf peek = *r;
+            struct cons_wire_op h;
+            const uint8_t *q = cons_r_bytes(&peek, sizeof h);
+            if (!q || cons_wire_skip_op(r) < 0)
+                return FK_EMALFORMED;
+            memcpy(&h, q, sizeof h);
+            if (h.type == CONS_OP_NOOP)
+                return FK_EMALFORMED; /* a NO-OP travels as its own kind */
+        } else if (kind != NOP_ENT_NOOP) {
+            return FK_EMALFORMED;
+        }
+    }
+    return r->err ? FK_EMALFORMED : 0;
+}
+
+static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *op)
+{
+    switch (m->type) {
+    case NOP_OUM_REQ:
+        m->u1 = cons_r_u64(r);
+        if (!op || cons_wire_get_op(r, op) < 0 || op->type == CONS_OP_NOOP || m->u1 == 0)
+            return FK_EMALFORMED;
+        return 0;
+    case NOP_OUM_DROP:
+        m->u1 = cons_r_u64(r);
+        return m->u1 == 0 ? FK_EMALFORMED : 0;
+    case NOP_GAP_FIND:
+    case NOP_GAP_COMMIT:
+    case NOP_GAP_COMMIT_REP:
+    case NOP_SYNC_REP:
+    case NOP_RECOVERY:
+        m->u1 = cons_r_u64(r);
+        return 0;
+    case NOP_VC_REQ:
+        return 0;
+    case NOP_GAP_RECV:
+        return take_segment(r, m) < 0 || m->nents != 1 ? FK_EMALFORMED : 0;
+    case NOP_SYNC:
+        m->u1 = cons_r_u64(r);
+        return take_segment(r, m);
+    case NOP_VC:
+    case NOP_START_VIEW:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
+        if (take_segment(r, m) < 0 || m->lo != 1)
+            return FK_EMALFORMED;
+        return 0;
+    case NOP_RECOVERY_REP:
+        m->u1 = cons_r_u64(r);
+        m->flag = cons_r_u8(r);
+        m->u2 = cons_r_u64(r);
+        m->u3 = cons_r_u64(r);
+        if (m->flag > 1 || take_segment(r, m) < 0 || m->lo != 1)
+            return FK_EMALFORMED;
+        return 0;
+    default:
+        return FK_EMALFORMED; /* REPLY is for clients */
+    }
+}
+
+int nop__decode(const uint8_t *buf, size_t len, struct nop_msg *m, struct cons_op *op)
+{
+    struct cons_wire_hdr h;
+    struct cons_rbuf r;
+    memset(m, 0, sizeof *m);
+    if (cons_wire_open(buf, len, CONS_PROTO_NOP, NOP__TYPES, &h, &r) < 0)
+        return FK_EMALFORMED;
+    m->type = h.type;
+    m->from = h.from;
+    m->term = h.term;
+    if (decode_body(&r, m, op) < 0 || cons_r_done(&r) < 0)
+        return FK_EMALFORMED;
+    return 0;
+}
+
+void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e)
+{
+    e->kind = cons_r_u8(rd);
+    if (e->kind == NOP_ENT_REQ) {
+        int rc = cons_wire_get_op(rd, &e->op);
+        assert(rc == 0); /* validated by nop__decode */
+    } else {
+        memset(&e->op, 0, offsetof(struct cons_op, key));
+    }
+}
+
+void nop__begin(struct nop *r, struct cons_wbuf *w, uint8_t type, uint64_t term)
+{
+    size_t room = r->ob.arena_cap - r->ob.arena_used;
+    if (room > CONS_MSG_MAX)
+        room = CONS_MSG_MAX;
+    cons_wbuf_init(w, r->ob.arena + r->ob.arena_used, room);
+    cons_wire_begin(w, CONS_PROTO_NOP, type, r->cfg.id, term);
+}
+
+void nop__send(struct nop *r, struct cons_wbuf *w, struct cons_addr to)
+{
+    int len = cons_wire_finish(w);
+    if (len < 0) {
+        r->ob.dropped++;
+        return;
+    }
+    cons_outbox_msg(&r->ob, to, w->p, (uint32_t)len);
+}
+
+void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, type, nop__pack(r->view));
+    if (type != NOP_VC_REQ)
+        cons_w_u64(&w, u1);
+    nop__send(r, &w, cons_replica(to));
+}
+
+void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi)
+{
+    assert(lo >= 1 && (hi < lo || hi <= r->log_len));
+    cons_w_u64(w, lo);
+    cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
+    for (uint64_t i = lo; i <= hi; i++) {
+        const struct nop_entry *e = &r->log[i - 1];
+        assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+        cons_w_u8(w, e->kind);
+        if (e->kind == NOP_ENT_REQ)
+            cons_wire_put_op(w, &e->op);
+    }
+}
+
+void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_REPLY, nop__pack(r->view));
+    cons_w_u64(&w, slot);
+    cons_w_u8(&w, (uint8_t)with_result);
+    cons_wire_put_reply(&w, rep);
+    nop__send(r, &w, cons_client(rep->client_id));
+}
+
+int nop_encode_oum_request(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum,
+                           const struct cons_op *op)
+{
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, cap);
+    cons_wire_begin(&w, CONS_PROTO_NOP, NOP_OUM_REQ, CONS_FROM_CLIENT, session);
+    cons_w_u64(&w, msgnum);
+    cons_wire_put_op(&w, op);
+    return cons_wire_finish(&w);
+}
+
+int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum)
+{
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, cap);
+    cons_wire_begin(&w, CONS_PROTO_NOP, NOP_OUM_DROP, CONS_FROM_CLIENT, session);
+    cons_w_u64(&w, msgnum);
+    return cons_wire_finish(&w);
+}
+
+int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
+                     int *has_result, struct cons_reply *reply)
+{
+    struct cons_wire_hdr h;
+    struct cons_rbuf r;
+    if (cons_wire_open(buf, len, CONS_PROTO_NOP, NOP__TYPES, &h, &r) < 0 || h.type != NOP_REPLY)
+        return FK_EMALFORMED;
+    *slot = cons_r_u64(&r);
+    uint8_t flag = cons_r_u8(&r);
+    if (r.err || flag > 1 || *slot == 0 || cons_wire_get_reply(&r, reply) < 0 ||
+        cons_r_done(&r) < 0)
+        return FK_EMALFORMED;
+    *view = nop__unpack(h.term);
+    *has_result = flag;
+    return 0;
+}

@@ -1,0 +1,263 @@
+/* nop_view.c: NOPaxos view change (section 5.2.3), including session
+ * changes when the sequencer fails over, and replica recovery (5.3.2). */
+#include "nop_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <string.h>
+
+static struct nop_view view_max(struct nop_view a, struct nop_view b)
+{
+    struct nop_view m = {a.leader_num > b.leader_num ? a.leader_num : b.leader_num,
+                         a.session > b.session ? a.session : b.session};
+    return m;
+}
+
+static int newer(struct nop_view a, struct nop_view b)
+{
+    return a.leader_num > b.leader_num || a.session > b.session;
+}
+
+/* VIEW-CHANGE: my latest normal view, session start and whole log. */
+static void send_vc(struct nop *r)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_VC, nop__pack(r->view));
+    cons_w_u64(&w, nop__pack(r->last_normal));
+    cons_w_u64(&w, r->sess_start);
+    nop__put_segment(r, &w, 1, r->log_len);
+    nop__send(r, &w, cons_replica(nop__leader_of(r, r->view)));
+}
+
+void nop__start_view_change(struct nop *r, struct nop_view v)
+{
+    assert(r->status != NOP_RECOVERING);
+    assert(v.leader_num >= r->view.leader_num && v.session >= r->view.session);
+    r->view = v;
+    r->status = NOP_VIEWCHANGE;
+    r->vc_since = r->now;
+    r->vc_next = r->now + r->cfg.heartbeat_ns;
+    r->gap_slot = 0;
+    r->find_slot = 0;
+    nop__oum_clear(r);
+    r->vc_from = 0;
+    if (nop__leader_of(r, v) == r->cfg.id) {
+        r->vc_from = 1ull << r->cfg.id; /* my own log is the first of f+1 */
+        r->vc_best = r->last_normal;
+    }
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            nop__send_u64(r, p, NOP_VC_REQ, 0);
+    }
+    if (nop__leader_of(r, v) != r->cfg.id)
+        send_vc(r);
+}
+
+void nop__on_vc_req(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view v = nop__unpack(m->term);
+    if (newer(v, r->view))
+        nop__start_view_change(r, view_max(v, r->view));
+}
+
+static void send_start_view(struct nop *r, uint32_t to)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_START_VIEW, nop__pack(r->view));
+    cons_w_u64(&w, r->sess_start);
+    cons_w_u64(&w, r->commit);
+    nop__put_segment(r, &w, 1, r->log_len);
+    nop__send(r, &w, cons_replica(to));
+}
+
+/* Enters a view in normal status with the current log (adopted or merged):
+ * a new session restarts message numbers after the log; executed entries
+ * that the log no longer holds are undone by re-execution. */
+static void enter_view(struct nop *r, int leader)
+{
+    r->status = NOP_NORMAL;
+    r->last_normal = r->view;
+    r->synced = r->log_len;
+    if (r->commit > r->log_len)
+        r->commit = r->log_len;
+    r->gap_slot = 0;
+    r->find_slot = 0;
+    r->last_heard = r->now;
+    nop__oum_clear(r);
+    memset(r->acked, 0, sizeof r->acked);
+    r->next_sync = r->now;
+    nop__check_executed(r);
+    nop__execute_to(r, leader ? r->log_len : r->commit, 0);
+}
+
+static void finish_view_change(struct nop *r)
+{
+    assert(nop__leader_of(r, r->view) == r->cfg.id && r->status == NOP_VIEWCHANGE);
+    if (r->vc_best.session != r->view.session)
+        r->sess_start = r->log_len; /* a new session: its message 1 goes after the log */
+    enter_view(r, 1);
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            send_start_view(r, p);
+    }
+}
+
+/* The new leader merges f+1 logs (section 5.2.3): only logs of the latest
+ * normal view count; a NO-OP in any of them wins (it was gap-committed),
+ * else a request in any of them, up to the longest. Merging as messages
+ * arrive gives the same result: the rule is associative. */
+static void merge_vc(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view ln = nop__unpack(m->u1);
+    int cmp = nop__view_cmp(ln, r->vc_best);
+    if (cmp < 0 || m->nents > r->cfg.log_cap)
+        return;
+    struct cons_rbuf rd = m->ents;
+    struct nop_entry e;
+    if (cmp > 0) {
+        r->log_len = 0;
+        r->sess_start = m->u2 <= m->nents ? m->u2 : m->nents;
+        r->vc_best = ln;
+    }
+    for (uint64_t i = 1; i <= m->nents; i++) {
+        nop__entry_next(&rd, &e);
+        if (i > r->log_len)
+            r->log[r->log_len++] = e;
+        else if (e.kind == NOP_ENT_NOOP)
+            r->log[i - 1] = e;
+    }
+    if (r->sess_start > r->log_len)
+        r->sess_start = r->log_len;
+    nop__check_executed(r);
+}
+
+void nop__on_vc(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view v = nop__unpack(m->term);
+    if (newer(v, r->view))
+        nop__start_view_change(r, view_max(v, r->view));
+    if (!nop__view_eq(v, r->view) || nop__leader_of(r, v) != r->cfg.id)
+        return;
+    if (r->status == NOP_NORMAL) {
+        send_start_view(r, m->from); /* it missed START-VIEW */
+        return;
+    }
+    if (r->vc_from >> m->from & 1)
+        return;
+    merge_vc(r, m);
+    r->vc_from |= 1ull << m->from;
+    if ((uint32_t)__builtin_popcountll(r->vc_from) >= r->f + 1)
+        finish_view_change(r);
+}
+
+void nop__on_start_view(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view v = nop__unpack(m->term);
+    if (m->from != nop__leader_of(r, v) || v.leader_num < r->view.leader_num ||
+        v.session < r->view.session || m->nents > r->cfg.log_cap ||
+        (r->status == NOP_NORMAL && nop__view_eq(v, r->view)))
+        return;
+    struct cons_rbuf rd = m->ents;
+    r->view = v;
+    r->log_len = 0;
+    for (uint32_t i = 0; i < m->nents; i++)
+        nop__entry_next(&rd, &r->log[r->log_len++]);
+    r->sess_start = m->u1 <= r->log_len ? m->u1 : r->log_len;
+    if (m->u2 > r->commit)
+        r->commit = m->u2;
+    enter_view(r, 0);
+}
+
+void nop__vc_tick(struct nop *r)
+{
+    if (r->now - r->vc_since >= r->cfg.election_ns) {
+        struct nop_view v = {r->view.leader_num + 1, r->view.session};
+        nop__start_view_change(r, v); /* this view's leader did not finish: next */
+        return;
+    }
+    if (r->now < r->vc_next)
+        return;
+    r->vc_next = r->now + r->cfg.heartbeat_ns;
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            nop__send_u64(r, p, NOP_VC_REQ, 0);
+    }
+    if (nop__leader_of(r, r->view) != r->cfg.id)
+        send_vc(r);
+}
+
+/* ---- recovery (section 5.3.2, after VR's recovery protocol) -------------- */
+
+void nop__recover_start(struct nop *r)
+{
+    r->status = NOP_RECOVERING;
+    r->nonce = (r->rng = r->rng * 6364136223846793005ULL + 1442695040888963407ULL) | 1;
+    r->rec_from = 0;
+    r->rec_have_leader = 0;
+    memset(&r->rec_view, 0, sizeof r->rec_view);
+    r->rec_next = r->now;
+    nop__recover_tick(r);
+}
+
+void nop__recover_tick(struct nop *r)
+{
+    if (r->now < r->rec_next)
+        return;
+    r->rec_next = r->now + r->cfg.heartbeat_ns;
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p == r->cfg.id)
+            continue;
+        struct cons_wbuf w;
+        nop__begin(r, &w, NOP_RECOVERY, 0);
+        cons_w_u64(&w, r->nonce);
+        nop__send(r, &w, cons_replica(p));
+    }
+}
+
+/* Only a replica in normal status answers; the leader adds its log. */
+void nop__on_recovery(struct nop *r, const struct nop_msg *m)
+{
+    if (r->status != NOP_NORMAL)
+        return;
+    int leader = nop__is_leader(r);
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_RECOVERY_REP, nop__pack(r->view));
+    cons_w_u64(&w, m->u1);
+    cons_w_u8(&w, (uint8_t)leader);
+    cons_w_u64(&w, r->sess_start);
+    cons_w_u64(&w, r->commit);
+    nop__put_segment(r, &w, 1, leader ? r->log_len : 0);
+    nop__send(r, &w, cons_replica(m->from));
+}
+
+/* Rejoins once f+1 replicas answered and the leader of the newest view
+ * among them sent its log: that log holds every operation a client may
+ * have seen complete, so forgetting this replica's own lost log is safe. */
+void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m)
+{
+    struct nop_view v = nop__unpack(m->term);
+    if (m->u1 != r->nonce)
+        return;
+    r->rec_from |= 1ull << m->from;
+    if (nop__view_cmp(v, r->rec_view) > 0)
+        r->rec_view = v;
+    if (m->flag && m->nents <= r->cfg.log_cap &&
+        (!r->rec_have_leader || nop__view_cmp(v, r->rec_leader_view) > 0)) {
+        struct cons_rbuf rd = m->ents;
+        r->log_len = 0;
+        for (uint32_t i = 0; i < m->nents; i++)
+            nop__entry_next(&rd, &r->log[r->log_len++]);
+        r->sess_start = m->u2 <= r->log_len ? m->u2 : r->log_len;
+        r->rec_commit = m->u3 <= r->log_len ? m->u3 : r->log_len;
+        r->rec_leader_view = v;
+        r->rec_have_leader = 1;
+    }
+    if ((uint32_t)__builtin_popcountll(r->rec_from) < r->f + 1 || !r->rec_have_leader ||
+        !nop__view_eq(r->rec_leader_view, r->rec_view))
+        return;
+    r->view = r->rec_view;
+    r->commit = r->rec_commit;
+    r->executed = 0;
+    enter_view(r, 0);
+}

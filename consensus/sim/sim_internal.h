@@ -1,0 +1,135 @@
+/*
+ * sim_internal.h: the simulated world shared by sim.c (world, network,
+ * disks, faults, the Multi-Paxos driver) and sim_nop.c (the NOPaxos
+ * driver: sequencer, OUM, f+1 reply collection). Not a public header.
+ */
+#ifndef SIM_INTERNAL_H
+#define SIM_INTERNAL_H
+
+#include "cons.h"
+#include "kv.h"
+#include "lin.h"
+#include "mpx.h"
+#include "nop.h"
+#include "sim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MS ((uint64_t)1000000)
+
+/* Core configuration for every simulated replica: a small log ring so
+ * compaction, snapshot catch-up and window stalls happen often. */
+#define SIM_LOG_CAP   32
+#define SIM_TICK_NS   (5 * MS)
+#define SIM_RETRY_NS  (120 * MS)
+#define SIM_FAULT_NS  (2000 * MS)
+#define SIM_LIVE_NS   (10000 * MS)
+#define SIM_SETTLE_NS (600 * MS)
+
+enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL };
+
+struct smsg {
+    struct cons_addr from, to;
+    uint32_t len;
+    uint8_t data[];
+};
+
+struct ev {
+    uint64_t t, seq;
+    uint8_t kind;
+    uint32_t who, inc;
+    uint64_t arg;
+    struct smsg *m;
+};
+
+struct prec { /* a persist the disk has not completed */
+    uint8_t kind;
+    uint64_t cookie, index;
+    uint32_t len;
+    uint8_t *buf;
+};
+
+struct blob {
+    uint8_t *buf;
+    uint32_t len;
+    uint64_t index;
+};
+
+struct rep {
+    struct mpx *core; /* Multi-Paxos */
+    struct nop *nop;  /* NOPaxos */
+    struct kv_mem *kv;
+    int up, disk_busy, side;
+    uint32_t inc;
+    struct blob meta, snap, ents[SIM_LOG_CAP];
+    struct prec *pq;
+    size_t pq_n, pq_cap;
+    uint64_t checked;
+};
+
+/* NOPaxos: replies gathered for the current request, per (view, slot). */
+#define SIM_CANDS 8
+struct cand {
+    uint64_t view, slot, mask;
+    int have_result;
+    struct cons_reply result; /* the leader's, once have_result */
+};
+
+struct client {
+    uint64_t id, req_no, next_val;
+    struct cand cands[SIM_CANDS];
+    uint32_t ncands;
+
+    struct cons_op op;
+    int busy;
+    uint32_t target, gen, done;
+    size_t hist;
+    uint64_t seen[SIM_KEYS_MAX];
+};
+
+struct world {
+    const struct sim_opts *o;
+    struct sim_result *res;
+    uint64_t rng, now, seq;
+    struct ev *heap;
+    size_t heap_n, heap_cap;
+    uint32_t n, f, nclients, nkeys;
+    struct rep reps[CONS_REPLICAS_MAX];
+    struct client cl[SIM_CLIENTS_MAX];
+    struct lin_op *hist;
+    size_t hist_n, hist_cap;
+    uint64_t *chosen;
+    size_t chosen_cap;
+    double drop_p, dup_p;
+    uint64_t delay_max, disk_max, fault_end;
+    int partitioned, healed, failed;
+    /* NOPaxos sequencer: session and last message number; per replica the
+     * time of its last OUM delivery, so each sees numbers in order. */
+    uint32_t session;
+    uint64_t msgnum, oum_last[CONS_REPLICAS_MAX];
+};
+
+uint64_t sim__rnd(struct world *w);
+uint64_t sim__urange(struct world *w, uint64_t lo, uint64_t hi);
+double sim__ufrac(struct world *w);
+void sim__fail(struct world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sim__say(struct world *w, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void sim__at(struct world *w, uint64_t dt, uint8_t kind, uint32_t who, uint32_t inc, uint64_t arg,
+             struct smsg *m);
+/* A copy of a message for the event queue (owned by the event). */
+struct smsg *sim__msg(struct cons_addr from, struct cons_addr to, const uint8_t *buf, uint32_t len);
+/* Records client c's reply (history, statistics) and schedules its next op. */
+void sim__client_done(struct world *w, struct client *c, const struct cons_reply *rep);
+
+/* Queues a core's outbox: messages to the network, persists to its disk. */
+void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob);
+
+/* sim_nop.c */
+void sim__nop_boot(struct world *w, uint32_t i, int empty);
+void sim__nop_client_send(struct world *w, struct client *c);
+void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m);
+void sim__nop_failover(struct world *w);
+
+#endif /* SIM_INTERNAL_H */

@@ -1,0 +1,126 @@
+/* sim_nop.c: the NOPaxos side of the simulator: booting diskless replicas,
+ * the sequencer and ordered unreliable multicast (NOPaxos section 4), and
+ * clients that accept f+1 matching replies including the leader's. */
+#include "sim_internal.h"
+
+#include "cons_wire.h"
+#include "fk_error.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Whole-log view changes stay small with the simulator's op sizes; 1,024
+ * slots hold every run's requests, retries and NO-OPs with room to spare. */
+#define SIM_NOP_LOG_CAP 1024
+
+void sim__nop_boot(struct world *w, uint32_t i, int empty)
+{
+    struct rep *r = &w->reps[i];
+    struct nop_config c = {
+        .n = w->n,
+        .id = i,
+        .log_cap = SIM_NOP_LOG_CAP,
+        .clients_max = SIM_CLIENTS_MAX,
+        .heartbeat_ns = 20 * MS,
+        .election_ns = 100 * MS,
+        .seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + r->inc,
+        .bugs = w->o->bugs,
+    };
+    int err;
+    r->kv = kv_mem_create(SIM_KEYS_MAX);
+    r->nop = r->kv ? nop_create(&c, kv_mem_sm(r->kv), &err) : NULL;
+    if (!r->nop)
+        abort(); /* out of memory or a bad constant: the run cannot go on */
+    struct cons_outbox *ob;
+    int rc = nop_start(r->nop, empty ? NOP_START_EMPTY : NOP_START_FRESH, w->now, &ob);
+    if (rc < 0)
+        sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
+    r->up = 1;
+    r->checked = 0;
+    sim__take_outbox(w, i, ob);
+}
+
+/* The sequencer stamps the request and multicasts it; per replica the OUM
+ * delivers in stamp order, each message either intact or as a drop
+ * notification. A request to the sequencer may itself be lost. */
+void sim__nop_client_send(struct world *w, struct client *c)
+{
+    static uint8_t req[CONS_WIRE_OP_MAX + 64]; /* one run at a time per process: see sim.h */
+    uint8_t drop[64];
+    c->gen++;
+    sim__at(w, 120 * MS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
+    w->res->msgs++;
+    if (sim__ufrac(w) < w->drop_p) {
+        w->res->dropped++;
+        return;
+    }
+    uint64_t num = ++w->msgnum;
+    int rlen = nop_encode_oum_request(req, sizeof req, w->session, num, &c->op);
+    int dlen = nop_encode_oum_drop(drop, sizeof drop, w->session, num);
+    if (rlen < 0 || dlen < 0)
+        abort();
+    struct cons_addr oum = {CONS_ADDR_OUM, 0};
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up)
+            continue;
+        int lost = sim__ufrac(w) < w->drop_p;
+        w->res->oum_drops += (uint64_t)lost;
+        uint64_t t = w->now + sim__urange(w, 50000, w->delay_max);
+        if (t <= w->oum_last[i])
+            t = w->oum_last[i] + 1;
+        w->oum_last[i] = t;
+        sim__at(w, t - w->now, EV_MSG, 0, 0, 0,
+                lost ? sim__msg(oum, cons_replica(i), drop, (uint32_t)dlen)
+                     : sim__msg(oum, cons_replica(i), req, (uint32_t)rlen));
+    }
+}
+
+void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m)
+{
+    static struct cons_reply rep;
+    struct nop_view v;
+    uint64_t slot;
+    int has;
+    if (nop_decode_reply(m->data, m->len, &v, &slot, &has, &rep) < 0) {
+        sim__fail(w, "client %" PRIu64 ": malformed reply", c->id);
+        return;
+    }
+    if (!c->busy || rep.req_no != c->req_no || rep.client_id != c->id)
+        return; /* late or duplicated */
+    uint32_t from = (uint32_t)m->from.id;
+    if (has && from != v.leader_num % w->n) {
+        sim__fail(w, "client %" PRIu64 ": a result from replica %u, not the leader", c->id, from);
+        return;
+    }
+    uint64_t view = (uint64_t)v.leader_num << 32 | v.session;
+    struct cand *cd = NULL;
+    for (uint32_t k = 0; k < c->ncands && k < SIM_CANDS; k++) {
+        if (c->cands[k].view == view && c->cands[k].slot == slot)
+            cd = &c->cands[k];
+    }
+    if (!cd) {
+        cd = &c->cands[c->ncands++ % SIM_CANDS];
+        memset(cd, 0, offsetof(struct cand, result));
+        cd->view = view;
+        cd->slot = slot;
+    }
+    cd->mask |= 1ull << from;
+    if (has) {
+        cd->have_result = 1;
+        memcpy(&cd->result, &rep, offsetof(struct cons_reply, data) + rep.len);
+    }
+    /* NOPaxos section 5.2.1: f+1 replies for one (view, slot), the leader's among them. */
+    if (cd->have_result && (uint32_t)__builtin_popcountll(cd->mask) >= w->f + 1) {
+        c->ncands = 0;
+        sim__client_done(w, c, &cd->result);
+    }
+}
+
+void sim__nop_failover(struct world *w)
+{
+    w->session++;
+    w->msgnum = 0;
+    w->res->failovers++;
+    sim__say(w, 1, "fault: sequencer fails over to session %u", w->session);
+}

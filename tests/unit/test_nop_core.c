@@ -1,0 +1,244 @@
+/* Unit tests for the NOPaxos core driven directly: three replicas on a
+ * lossless in-test network fed by an in-test sequencer; a request gets f+1
+ * matching replies including the leader's result; a dropped message is
+ * resolved by gap agreement (a NO-OP everywhere); a sequencer failover
+ * causes a view change into the new session; malformed input is rejected. */
+#include "check.h"
+#include "fk_error.h"
+#include "kv.h"
+#include "nop.h"
+
+#include <stdlib.h>
+
+#define N 3
+
+struct group {
+    struct nop *r[N];
+    struct kv_mem *kv[N];
+    uint64_t now;
+    uint32_t session;
+    uint64_t msgnum;
+    int replies, results;
+    struct nop_view last_view;
+    uint64_t last_slot;
+    struct cons_reply result;
+};
+
+static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob);
+
+static void step(struct group *g, uint32_t i, const struct cons_input *in)
+{
+    struct cons_outbox *ob;
+    CHECK_OK(nop_step(g->r[i], in, g->now, &ob));
+    nop_invariants(g->r[i]);
+    deliver(g, i, ob);
+}
+
+static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
+{
+    uint32_t nm = ob->nmsgs;
+    CHECK_EQ_U64(ob->npersists, 0); /* diskless */
+    struct cons_out_msg *msgs = malloc(nm * sizeof *msgs + 1);
+    uint8_t *copy = malloc(ob->arena_used + 1);
+    memcpy(copy, ob->arena, ob->arena_used);
+    for (uint32_t k = 0; k < nm; k++) {
+        msgs[k] = ob->msgs[k];
+        msgs[k].buf = copy + (ob->msgs[k].buf - ob->arena);
+    }
+    for (uint32_t k = 0; k < nm; k++) {
+        if (msgs[k].to.kind == CONS_ADDR_CLIENT) {
+            static struct cons_reply rep;
+            int has;
+            CHECK_OK(nop_decode_reply(msgs[k].buf, msgs[k].len, &g->last_view, &g->last_slot, &has,
+                                      &rep));
+            g->replies++;
+            if (has) {
+                g->results++;
+                g->result = rep;
+            }
+            continue;
+        }
+        struct cons_input in = {.kind = CONS_IN_MSG,
+                                .from = cons_replica(from),
+                                .buf = msgs[k].buf,
+                                .len = msgs[k].len};
+        step(g, (uint32_t)msgs[k].to.id, &in);
+    }
+    free(msgs);
+    free(copy);
+}
+
+static void start(struct group *g)
+{
+    memset(g, 0, sizeof *g);
+    for (uint32_t i = 0; i < N; i++) {
+        struct nop_config c = {.n = N,
+                               .id = i,
+                               .log_cap = 64,
+                               .clients_max = 4,
+                               .heartbeat_ns = 10,
+                               .election_ns = 100,
+                               .seed = i + 1};
+        int err;
+        g->kv[i] = kv_mem_create(8);
+        g->r[i] = nop_create(&c, kv_mem_sm(g->kv[i]), &err);
+        CHECK_OK(err);
+        struct cons_outbox *ob;
+        CHECK_OK(nop_start(g->r[i], NOP_START_FRESH, 0, &ob));
+    }
+}
+
+static void stop(struct group *g)
+{
+    for (uint32_t i = 0; i < N; i++) {
+        nop_destroy(g->r[i]);
+        kv_mem_destroy(g->kv[i]);
+    }
+}
+
+/* The sequencer: stamps op and delivers it, or a drop notice to `drops`. */
+static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_mask)
+{
+    uint8_t buf[4096];
+    uint64_t num = ++g->msgnum;
+    for (uint32_t i = 0; i < N; i++) {
+        int len = drops_mask >> i & 1
+                      ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
+                      : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
+        CHECK(len > 0);
+        struct cons_input in = {
+            .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = buf, .len = (size_t)len};
+        step(g, i, &in);
+    }
+}
+
+static struct cons_op put(uint64_t req, const char *val)
+{
+    struct cons_op op;
+    memset(&op, 0, sizeof op);
+    op.client_id = 5;
+    op.req_no = req;
+    op.type = CONS_OP_PUT;
+    op.key_len = 1;
+    op.key[0] = 'k';
+    op.val_len = (uint16_t)strlen(val);
+    memcpy(op.val, val, op.val_len);
+    return op;
+}
+
+static void ticks(struct group *g, int n)
+{
+    for (int t = 0; t < n; t++) {
+        g->now += 5;
+        for (uint32_t i = 0; i < N; i++) {
+            struct cons_input in = {.kind = CONS_IN_TICK};
+            step(g, i, &in);
+        }
+    }
+}
+
+TEST(normal_operation_f_plus_one_replies)
+{
+    static struct group g;
+    start(&g);
+    struct cons_op op = put(1, "a");
+    multicast(&g, &op, 0);
+    CHECK_EQ_I64(g.replies, 3);
+    CHECK_EQ_I64(g.results, 1); /* only the leader (replica 0 in view 0) executes */
+    CHECK_EQ_U64(g.last_slot, 1);
+    CHECK_EQ_I64(g.result.status, 0);
+    ticks(&g, 5); /* synchronization commits; followers execute */
+    struct nop_stat st;
+    nop_status(g.r[1], &st);
+    CHECK_EQ_U64(st.commit, 1);
+    CHECK_EQ_U64(st.executed, 1);
+    stop(&g);
+}
+
+TEST(gap_agreement_commits_noop)
+{
+    static struct group g;
+    start(&g);
+    struct cons_op a = put(1, "a"), b = put(2, "b");
+    multicast(&g, &a, 1u << 0 | 1u << 2); /* the leader and replica 2 miss it */
+    multicast(&g, &b, 0);
+    ticks(&g, 5);
+    for (uint32_t i = 0; i < N; i++) {
+        struct nop_stat st;
+        nop_status(g.r[i], &st);
+        CHECK_EQ_U64(st.log_len, 2);
+        CHECK_EQ_U64(st.commit, 2);
+    }
+    /* Slot 1 is the same NO-OP everywhere, though replica 1 had the request. */
+    uint64_t h0, h1;
+    CHECK(nop_committed_hash(g.r[0], 1, &h0) && nop_committed_hash(g.r[1], 1, &h1));
+    CHECK_EQ_U64(h0, h1);
+    CHECK_EQ_I64(g.result.req_no, 2);
+    stop(&g);
+}
+
+TEST(session_change_starts_new_view)
+{
+    static struct group g;
+    start(&g);
+    struct cons_op a = put(1, "a");
+    multicast(&g, &a, 0);
+    g.session = 1; /* the sequencer failed over */
+    g.msgnum = 0;
+    struct cons_op b = put(2, "b");
+    multicast(&g, &b, 0); /* triggers the view change; the message itself is lost */
+    ticks(&g, 10);
+    struct nop_stat st;
+    nop_status(g.r[0], &st);
+    CHECK_EQ_U64(st.status, NOP_NORMAL);
+    CHECK_EQ_U64(st.view.session, 1);
+    int before = g.results;
+    multicast(&g, &b, 0);
+    CHECK_EQ_I64(g.results, before + 1);
+    CHECK_EQ_U64(g.last_view.session, 1);
+    stop(&g);
+}
+
+TEST(malformed_and_misuse)
+{
+    static struct group g;
+    start(&g);
+    uint8_t junk[300];
+    uint64_t s = 3;
+    struct cons_outbox *ob;
+    for (int round = 0; round < 3000; round++) {
+        size_t len = (size_t)(s % sizeof junk);
+        for (size_t i = 0; i < sizeof junk; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            junk[i] = (uint8_t)(s >> 56);
+        }
+        if (round % 2) {
+            uint16_t magic = 0x4b46;
+            memcpy(junk, &magic, 2);
+            junk[2] = 1;
+            junk[3] = 2;
+            uint32_t body = len > 24 ? (uint32_t)(len - 24) : 0;
+            memcpy(junk + 12, &body, 4);
+        }
+        struct cons_input in = {
+            .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = junk, .len = len};
+        int rc = nop_step(g.r[0], &in, 0, &ob);
+        CHECK(rc == FK_EMALFORMED || rc == 0);
+        nop_invariants(g.r[0]);
+    }
+    uint8_t buf[128];
+    int len = nop_encode_oum_drop(buf, sizeof buf, 0, 1);
+    struct cons_input spoof = {
+        .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = buf, .len = (size_t)len};
+    CHECK_ERR(nop_step(g.r[0], &spoof, 0, &ob), FK_EMALFORMED); /* OUM only from the OUM */
+    struct cons_input persisted = {.kind = CONS_IN_PERSISTED, .cookie = 1};
+    CHECK_ERR(nop_step(g.r[0], &persisted, 0, &ob), FK_EINVAL);
+    struct nop_config bad = {
+        .n = 4, .log_cap = 64, .clients_max = 4, .heartbeat_ns = 1, .election_ns = 10};
+    int err;
+    CHECK(nop_create(&bad, kv_mem_sm(g.kv[0]), &err) == NULL);
+    CHECK_EQ_I64(err, FK_EINVAL);
+    stop(&g);
+}
+
+CHECK_MAIN()
