@@ -1,0 +1,296 @@
+/*
+ * test_flow_elastic.c: membership changes at run time (beyond DFI): sources
+ * join and leave a service flow (a client connecting to a replica), a dead
+ * source's slot is reclaimed, targets join and leave with their index
+ * reused, and a new sequencer session is seen by every target.
+ */
+#include "../flows/flowtest.h"
+
+#define JOIN_TUPLES 300
+
+/* A joining source: attaches with FLOW_ANY, pushes, then closes, or stops
+ * after half and waits to be killed (a crashed client). */
+static void joiner(struct ft_child *c, void *arg)
+{
+    int crash = arg != NULL;
+    char home[FAB_ADDR_MAX];
+    if (ft_read(c->down[0], home, sizeof(home)) < 0)
+        _exit(3);
+    flow_node *n = ft_node();
+    CHECK_OK(flow_node_add_peer(n, home));
+    flow_source *s;
+    int rc = flow_source_open(n, "svc", FLOW_ANY, 5 * FT_SEC, &s);
+    ft_write(c->up[1], &rc, sizeof(rc));
+    if (rc < 0)
+        _exit(0);
+    int pid = (int)getpid();
+    for (uint64_t i = 0; i < (crash ? JOIN_TUPLES / 2 : JOIN_TUPLES); i++) {
+        struct ft_tuple tp = {i, (uint64_t)pid, i, ft_check(i, (uint64_t)pid, i)};
+        CHECK_OK(flow_push(s, &tp, sizeof(tp)));
+    }
+    CHECK_OK(flow_flush(s));
+    int done = 1;
+    ft_write(c->up[1], &done, sizeof(done));
+    if (crash)
+        for (;;)
+            pause(); /* killed by the parent */
+    CHECK_OK(flow_source_close(s));
+    flow_node_destroy(n);
+}
+
+static int join_one(struct ft_child *c, const char *home, int crash)
+{
+    ft_fork(c, joiner, crash ? (void *)1 : NULL);
+    char h[FAB_ADDR_MAX] = {0};
+    snprintf(h, sizeof(h), "%s", home);
+    ft_write(c->down[1], h, sizeof(h));
+    int rc;
+    CHECK_OK(ft_read(c->up[0], &rc, sizeof(rc)));
+    return rc;
+}
+
+/* Consumes until want tuples arrived, checking each. */
+static void consume_n(flow_target *t, uint64_t want)
+{
+    uint64_t got = 0, deadline = fk_now_ns() + FT_DEADLINE;
+    while (got < want) {
+        struct flow_item it;
+        int rc = flow_consume(t, &it, 100 * FK_NSEC_PER_MSEC);
+        CHECK(fk_now_ns() < deadline);
+        if (rc == FK_ETIMEDOUT)
+            continue;
+        CHECK_OK(rc);
+        const struct ft_tuple *tp = it.tuple;
+        CHECK_EQ_U64(tp->check, ft_check(tp->key, tp->src, tp->n));
+        got++;
+    }
+}
+
+TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
+{
+    /* Fork before the first thread; children wait for the address. */
+    struct ft_child c[6];
+    flow_node *n = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_sources = 2; /* two slots for every client that comes and goes */
+    o.segments = 512;  /* a client pushes all it has before the test consumes */
+    const char *tg[1] = {flow_node_addr(n)};
+    CHECK_OK(flow_declare(n, "svc", &sc, 0, tg, 1, &o));
+    flow_target *t;
+    CHECK_OK(flow_target_open(n, "svc", 0, &t));
+    const char *home = flow_node_addr(n);
+    uint64_t ring_mem = flow_node_memory(n);
+    /* Two clients fill both slots; a third is refused while they stay. */
+    CHECK_OK(join_one(&c[0], home, 0));
+    CHECK_OK(join_one(&c[1], home, 1));
+    int done;
+    CHECK_OK(ft_read(c[1].up[0], &done, sizeof(done)));
+    CHECK_ERR(join_one(&c[2], home, 0), FK_EFULL);
+    CHECK_EQ_I64(ft_reap(&c[2], fk_now_ns() + 10 * FT_SEC), 0);
+    consume_n(t, JOIN_TUPLES + JOIN_TUPLES / 2);
+    CHECK_EQ_I64(ft_reap(&c[0], fk_now_ns() + 10 * FT_SEC), 0);
+    kill(c[1].pid, SIGKILL); /* the crashed client's slot must come back */
+    CHECK_EQ_I64(ft_reap(&c[1], fk_now_ns() + 10 * FT_SEC), -1);
+    /* Keep consuming (the target notices ends and deaths while consuming)
+     * while three more clients join one after another into freed slots. */
+    struct flow_item it;
+    CHECK_ERR(flow_consume(t, &it, 200 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
+    for (int i = 3; i < 6; i++) {
+        CHECK_OK(join_one(&c[i], home, 0));
+        consume_n(t, JOIN_TUPLES);
+        CHECK_EQ_I64(ft_reap(&c[i], fk_now_ns() + 10 * FT_SEC), 0);
+    }
+    /* A service flow (no declared sources) never ends by itself. */
+    CHECK_ERR(flow_consume(t, &it, 100 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
+    CHECK_EQ_U64(flow_node_memory(n), ring_mem); /* reclaimed, not grown */
+    flow_target_close(t);
+    flow_node_destroy(n);
+}
+
+/* A process hosting one joined target: consumes JOIN_TUPLES, then leaves. */
+static void target_joiner(struct ft_child *c, void *arg)
+{
+    (void)arg;
+    char home[FAB_ADDR_MAX];
+    if (ft_read(c->down[0], home, sizeof(home)) < 0)
+        _exit(3);
+    flow_node *n = ft_node();
+    CHECK_OK(flow_node_add_peer(n, home));
+    flow_target *t;
+    CHECK_OK(flow_target_join(n, "tj", &t));
+    int idx = flow_target_index(t);
+    ft_write(c->up[1], &idx, sizeof(idx));
+    consume_n(t, JOIN_TUPLES);
+    flow_target_close(t);
+    ft_write(c->up[1], &idx, sizeof(idx));
+    flow_node_destroy(n);
+}
+
+TEST(elastic_targets_join_leave_index_reused)
+{
+    struct ft_child c[2];
+    ft_fork(&c[0], target_joiner, NULL);
+    ft_fork(&c[1], target_joiner, NULL);
+    flow_node *n = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_targets = 2;
+    const char *tg[1] = {flow_node_addr(n)};
+    CHECK_OK(flow_declare(n, "tj", &sc, 1, tg, 1, &o));
+    flow_target *t0;
+    CHECK_OK(flow_target_open(n, "tj", 0, &t0));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "tj", 0, 10 * FT_SEC, &s));
+    CHECK_ERR(flow_push_to(s, 1, &(struct ft_tuple){0}, sizeof(struct ft_tuple)), FK_EINVAL);
+    char home[FAB_ADDR_MAX] = {0};
+    snprintf(home, sizeof(home), "%s", flow_node_addr(n));
+    for (int round = 0; round < 2; round++) {
+        ft_write(c[round].down[1], home, sizeof(home));
+        int idx;
+        CHECK_OK(ft_read(c[round].up[0], &idx, sizeof(idx)));
+        CHECK_EQ_I64(idx, 1); /* the second round reuses the departed index */
+        for (uint64_t i = 0; i < JOIN_TUPLES; i++) {
+            struct ft_tuple tp = {i, 0, i, ft_check(i, 0, i)};
+            CHECK_OK(flow_push_to(s, 1, &tp, sizeof(tp)));
+        }
+        CHECK_OK(flow_flush(s));
+        CHECK_OK(ft_read(c[round].up[0], &idx, sizeof(idx))); /* it consumed all and left */
+        CHECK_EQ_I64(ft_reap(&c[round], fk_now_ns() + 10 * FT_SEC), 0);
+        /* Pushes to the departed target fail once the fabric reports it. */
+        int rc = 0;
+        for (int i = 0; i < 1000 && rc == 0; i++) {
+            struct ft_tuple tp = {0, 0, 0, 0};
+            rc = flow_push_to(s, 1, &tp, sizeof(tp));
+            if (rc == 0)
+                fk_sleep_ns(FK_NSEC_PER_MSEC);
+        }
+        CHECK_ERR(rc, FK_ECLOSED);
+    }
+    CHECK_OK(flow_source_close(s));
+    struct flow_item it;
+    CHECK_ERR(flow_consume(t0, &it, 5 * FT_SEC), FK_EEND);
+    flow_target_close(t0);
+    flow_node_destroy(n);
+}
+
+/* ---- sequencer session change ---------------------------------------------------------------- */
+
+#define SESS_N 200
+
+static void sess_target(struct ft_child *c, void *arg)
+{
+    (void)arg;
+    flow_node *n = ft_node();
+    char addr[FAB_ADDR_MAX] = {0};
+    snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
+    ft_write(c->up[1], addr, sizeof(addr));
+    if (ft_read(c->down[0], addr, sizeof(addr)) < 0) /* declared */
+        _exit(3);
+    flow_target *t;
+    CHECK_OK(flow_target_open(n, "sess", 0, &t));
+    uint64_t want = 0, got = 0, deadline = fk_now_ns() + FT_DEADLINE;
+    int sessions = 0;
+    for (;;) {
+        struct flow_item it;
+        int rc = flow_consume(t, &it, 100 * FK_NSEC_PER_MSEC);
+        CHECK(fk_now_ns() < deadline);
+        if (rc == FK_EEND)
+            break;
+        if (rc == FK_ETIMEDOUT)
+            continue;
+        if (rc == FK_ESESSION) {
+            CHECK_EQ_U64(it.session, 2);
+            CHECK_EQ_U64(got, SESS_N); /* the whole first session came first */
+            sessions++;
+            want = 0; /* numbering restarts in the new session */
+            continue;
+        }
+        CHECK_OK(rc);
+        CHECK_EQ_U64(it.seq, want);
+        CHECK_EQ_U64(it.session, got < SESS_N ? 1 : 2);
+        want++;
+        got++;
+    }
+    CHECK_EQ_I64(sessions, 1);
+    CHECK_EQ_U64(got, 2 * SESS_N);
+    flow_target_close(t);
+    flow_node_destroy(n);
+}
+
+static void sess_source(struct ft_child *c, void *arg)
+{
+    (void)arg;
+    char home[FAB_ADDR_MAX];
+    if (ft_read(c->down[0], home, sizeof(home)) < 0)
+        _exit(3);
+    flow_node *n = ft_node();
+    CHECK_OK(flow_node_add_peer(n, home));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "sess", 0, 20 * FT_SEC, &s));
+    for (int phase = 0; phase < 2; phase++) {
+        for (uint64_t i = 0; i < SESS_N; i++) {
+            struct ft_tuple tp = {i, 0, i, ft_check(i, 0, i)};
+            CHECK_OK(flow_push(s, &tp, sizeof(tp)));
+        }
+        int done = phase;
+        ft_write(c->up[1], &done, sizeof(done));
+        if (phase == 0 && ft_read(c->down[0], &done, sizeof(done)) < 0) /* sequencer moved */
+            _exit(3);
+    }
+    CHECK_OK(flow_source_close(s));
+    flow_node_destroy(n);
+}
+
+static void session_change(int multicast)
+{
+    struct ft_child tc, sc;
+    ft_fork(&tc, sess_target, NULL);
+    ft_fork(&sc, sess_source, NULL);
+    char taddr[FAB_ADDR_MAX];
+    CHECK_OK(ft_read(tc.up[0], taddr, sizeof(taddr)));
+    flow_node *home = ft_node(), *next = ft_node();
+    struct flow_schema schema;
+    ft_schema(&schema);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_REPLICATE, FLOW_LATENCY);
+    o.ordered = 1;
+    o.multicast = multicast;
+    snprintf(o.group, sizeof(o.group), "239.255.%d.9:%d", getpid() % 250, 21000 + getpid() % 20000);
+    snprintf(o.sequencer, sizeof(o.sequencer), "%s", flow_node_addr(home));
+    const char *tg[1] = {taddr};
+    CHECK_OK(flow_declare(home, "sess", &schema, 1, tg, 1, &o));
+    CHECK_OK(flow_sequencer_start(home, "sess", 1));
+    char h[FAB_ADDR_MAX] = {0};
+    snprintf(h, sizeof(h), "%s", flow_node_addr(home));
+    ft_write(tc.down[1], h, sizeof(h));
+    ft_write(sc.down[1], h, sizeof(h));
+    int done;
+    CHECK_OK(ft_read(sc.up[0], &done, sizeof(done)));
+    /* The sequencer fails; a new one starts a new session elsewhere. */
+    CHECK_OK(flow_node_add_peer(next, h));
+    CHECK_OK(flow_sequencer_start(next, "sess", 2));
+    flow_node_destroy(home);
+    ft_write(sc.down[1], &done, sizeof(done));
+    CHECK_OK(ft_read(sc.up[0], &done, sizeof(done)));
+    uint64_t deadline = fk_now_ns() + FT_DEADLINE;
+    CHECK_EQ_I64(ft_reap(&sc, deadline), 0);
+    CHECK_EQ_I64(ft_reap(&tc, deadline), 0);
+    flow_node_destroy(next);
+}
+
+TEST(ordered_replicate_sequencer_session_change)
+{
+    session_change(0);
+}
+
+TEST(ordered_multicast_sequencer_session_change)
+{
+    session_change(1);
+}
+
+CHECK_MAIN()
