@@ -13,15 +13,18 @@ case $build in /*) ;; *) build=$repo/$build ;; esac
 cache=${RDMA_VM_DIR:-$repo/build/rdma-vm}
 out=$cache/runs/test-$(date +%Y%m%d-%H%M%S)-$$
 
-args=()
+# The UD multicast check needs the probe program (make tests builds it).
 probe=$build/tests-aux/rdma_mcast_probe
-if [ -x "$probe" ]; then
-    args+=("$probe")
+if [ ! -x "$probe" ]; then
+    t_fail "multicast probe built" "$probe is missing (make tests)"
+    t_done
 fi
 
 mkdir -p "$out"
+# Keep the newest 10 test runs (names sort by time).
+ls -1d "$cache"/runs/test-*/ 2>/dev/null | sort | head -n -10 | while read -r d; do rm -rf "$d"; done
 start=$(date +%s)
-"$repo/tests/rdma-vm/vm.sh" run -t 300 -o "$out" "$repo/tests/rdma-vm/checks.sh" "${args[@]}" \
+"$repo/tests/rdma-vm/vm.sh" run -t 300 -o "$out" "$repo/tests/rdma-vm/checks.sh" "$probe" \
     >"$out/host.log" 2>&1
 rc=$?
 secs=$(($(date +%s) - start))

@@ -20,19 +20,26 @@ median() {
 }
 
 # measure COLUMN TOOL ARG...: runs TOOL $runs times through pair.sh and
-# prints column COLUMN of each result row; exits 1 if a run fails.
+# prints column COLUMN of each result row; exits 1 if a run fails. A run
+# whose figure is not a number (perftest's clock calibration failed under
+# TCG, the row reads "inf") is repeated, at most 3 times.
 measure() {
-    local col=$1 out i v
+    local col=$1 out i try v
     shift
     for i in $(seq 1 "$runs"); do
-        if ! out=$("$here/pair.sh" "$@" 2>&1); then
-            echo "bench-baseline: $* failed (run $i):" >&2
-            tail -n 5 <<<"$out" >&2
-            return 1
-        fi
-        v=$(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+ ' <<<"$out" | head -n 1 | awk -v c="$col" '{ print $c }')
+        for try in 1 2 3; do
+            if ! out=$("$here/pair.sh" "$@" 2>&1); then
+                echo "bench-baseline: $* failed (run $i):" >&2
+                tail -n 5 <<<"$out" >&2
+                return 1
+            fi
+            v=$(grep -m 1 -E '^ *[0-9]+ +[0-9]+ +([0-9.]+|inf) ' <<<"$out" |
+                awk -v c="$col" '{ print $c }')
+            [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] && break
+            echo "bench-baseline: $* run $i try $try gave no figure ('$v'); again" >&2
+        done
         if ! [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
-            echo "bench-baseline: no result row from $* (run $i):" >&2
+            echo "bench-baseline: no figure from $* (run $i):" >&2
             cat <<<"$out" >&2
             return 1
         fi

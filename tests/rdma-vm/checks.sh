@@ -4,12 +4,12 @@
 # exist and are active, and RDMA WRITE, READ and FETCH_AND_ADD complete
 # between rxe0 and rxe1 with the packets crossing the veth wire.
 #
-#   checks.sh [MCAST_PROBE]    MCAST_PROBE: the built rdma_mcast_probe
+#   checks.sh MCAST_PROBE      MCAST_PROBE: the built rdma_mcast_probe
 #                              (UD multicast check; see MULTICAST.md)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
-probe=${1:-}
+probe=${1:?usage: checks.sh MCAST_PROBE}
 iters=200
 
 # tx_packets IF: packets IF has sent so far.
@@ -19,16 +19,23 @@ tx_packets() {
 
 # lat_check NAME TOOL ARG...: runs TOOL through pair.sh; passes when both
 # sides succeed and the client printed its result row for $iters iterations.
+# Under TCG perftest's clock calibration sometimes fails ("Correlation
+# coefficient r^2 < 0.9") and the row reads "inf": the operations completed,
+# only the conversion to microseconds is missing, so that row still counts.
 lat_check() {
-    local name=$1 out
+    local name=$1 out row
     shift
     if ! out=$("$here/pair.sh" "$@" -n "$iters" 2>&1); then
+        echo "$out" | sed 's/^/# /'
         t_fail "$name" "$(tail -n 4 <<<"$out" | tr '\n' ' ')"
-    elif ! grep -qE "^ *[0-9]+ +$iters +[0-9.]+ " <<<"$out"; then
-        t_fail "$name" "no result row in: $(tail -n 4 <<<"$out" | tr '\n' ' ')"
+        return
+    fi
+    row=$(grep -m 1 -E "^ *[0-9]+ +$iters +([0-9.]+|inf) " <<<"$out")
+    if [ -z "$row" ]; then
+        echo "$out" | sed 's/^/# /'
+        t_fail "$name" "no result row for $iters iterations in the client's output"
     else
-        t_ok "$name ($(grep -E "^ *[0-9]+ +$iters " <<<"$out" | head -n 1 |
-            awk '{ print "typical " $5 " us" }'))"
+        t_ok "$name ($(awk '{ print "typical " $5 " us" }' <<<"$row"))"
     fi
 }
 
@@ -60,12 +67,11 @@ fi
 lat_check "ib_read_lat $RDMA_DEV_A -> $RDMA_DEV_B" ib_read_lat
 lat_check "ib_atomic_lat FETCH_AND_ADD $RDMA_DEV_A -> $RDMA_DEV_B" ib_atomic_lat -A FETCH_AND_ADD
 
-if [ -n "$probe" ]; then
-    if out=$("$here/mcast.sh" "$probe" 2>&1); then
-        t_ok "UD multicast $RDMA_DEV_A -> $RDMA_DEV_B via rdma_join_multicast ($(tail -n 1 <<<"$out"))"
-    else
-        t_fail "UD multicast $RDMA_DEV_A -> $RDMA_DEV_B via rdma_join_multicast" \
-            "$(tail -n 5 <<<"$out" | tr '\n' ' ')"
-    fi
+if out=$("$here/mcast.sh" "$probe" 2>&1); then
+    t_ok "UD multicast $RDMA_DEV_A -> $RDMA_DEV_B via rdma_join_multicast ($(tail -n 1 <<<"$out"))"
+else
+    echo "$out"
+    t_fail "UD multicast $RDMA_DEV_A -> $RDMA_DEV_B via rdma_join_multicast" \
+        "$(grep -m 1 'mcast.sh: ' <<<"$out")"
 fi
 t_done

@@ -79,8 +79,6 @@ setup() {
         step ip rule add pref 11 iif lo from "$RDMA_IP_B" to "$RDMA_IP_A" lookup 102 &&
         step ip route add "$RDMA_NET" dev "$a" src "$RDMA_IP_A" table 101 &&
         step ip route add "$RDMA_NET" dev "$b" src "$RDMA_IP_B" table 102 &&
-        step ip route add 224.0.0.0/4 dev "$a" src "$RDMA_IP_A" table 101 &&
-        step ip route add 224.0.0.0/4 dev "$b" src "$RDMA_IP_B" table 102 &&
         step rdma link add "$RDMA_DEV_A" type rxe netdev "$a" &&
         step rdma link add "$RDMA_DEV_B" type rxe netdev "$b" &&
         RDMA_GID_A=$(step gid_index "$RDMA_DEV_A" "$RDMA_IP_A") &&

@@ -152,10 +152,14 @@ boot() {
     limit=$((secs + boot_slack))
     local append="console=ttyS0 panic=-1 loglevel=4 flowkv_repo=$repo flowkv_out=$out"
     append="$append flowkv_timeout=$secs flowkv_shell=$interactive"
+    # A background job's stdin is /dev/null unless redirected: the
+    # interactive shell hands qemu ours through fd 8 (Ctrl-A x quits qemu).
     if [ "$interactive" = 1 ]; then
         serial=(-serial mon:stdio)
+        exec 8<&0
     else
         serial=(-serial "file:$out/console.log")
+        exec 8</dev/null
     fi
     # TCG, not KVM: KVM hung on these machines (DESIGN.md). -no-reboot turns
     # the guest's poweroff, and any panic (panic=-1), into qemu exiting.
@@ -166,7 +170,7 @@ boot() {
         -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot \
         -fsdev local,id=out,path="$out",security_model=none,multidevs=remap \
         -device virtio-9p-pci,fsdev=out,mount_tag=out \
-        -pidfile "$out/qemu.pid" &
+        -pidfile "$out/qemu.pid" <&8 &
     qpid=$!
     # shellcheck disable=SC2064 # expand qpid now: kill this qemu, no other
     trap "kill -KILL $qpid 2>/dev/null; wait $qpid 2>/dev/null" EXIT
