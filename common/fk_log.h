@@ -43,7 +43,8 @@ void fk_log_set_fd(int fd);
  * FK_LOG_LINE_MAX bytes are truncated and end in "...". */
 void fk_log(enum fk_log_level level, const char *component, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void fk_vlog(enum fk_log_level level, const char *component, const char *fmt, va_list ap);
+void fk_vlog(enum fk_log_level level, const char *component, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #define FK_LOG_LINE_MAX 1024
 

@@ -33,7 +33,7 @@ t_check() {
 
 # t_done: prints the summary line and exits 1 if anything failed.
 t_done() {
-    echo "# check: $(basename "$0") passed=$t__pass failed=$t__fail"
+    echo "# check: ${T_NAME:-$(basename "$0")} passed=$t__pass failed=$t__fail"
     [ "$t__fail" -eq 0 ] && [ "$t__pass" -gt 0 ]
     exit $?
 }
