@@ -105,9 +105,13 @@ fi
 
 # The command is bounded inside the guest too, so a hung command still
 # produces output and a status (124) before the host's backstop kills qemu.
-timeout --kill-after=5 "${flowkv_timeout:-480}" "$out/cmd.sh" </dev/null 2>&1 |
-    tee "$out/output.log"
-rc=${PIPESTATUS[0]}
+# Its output goes straight to the result share (the host sees it as it is
+# written), not through a pipe: a process the command leaves behind could
+# hold a pipe open and keep us from ever writing rc. Power-off ends such
+# leftovers.
+timeout --kill-after=5 "${flowkv_timeout:-480}" "$out/cmd.sh" </dev/null >"$out/output.log" 2>&1
+rc=$?
+cat "$out/output.log"
 echo "guest: command exited with status $rc"
 echo "$rc" >"$out/rc"
 exit 0

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/rdma-vm/host-lib.sh: for host-side shell tests that run checks in
 # the rdma-vm guest. Source it after tests/lib.sh, then:
 #
