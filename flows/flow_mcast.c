@@ -197,9 +197,10 @@ static void resent_credit(flow_target *t, uint32_t i)
 
 static int find_slot(flow_target *t, uint64_t id)
 {
+    /* status first (acquire): the slot's fields are stable while attached. */
     for (uint32_t i = 0; i < t->nslots; i++)
-        if (t->slots[i].src_id == id &&
-            __atomic_load_n(&t->slots[i].status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED)
+        if (__atomic_load_n(&t->slots[i].status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED &&
+            t->slots[i].src_id == id)
             return (int)i;
     return -1;
 }

@@ -166,20 +166,24 @@ static void ring_doorbell(struct tcp_node *n)
         futex(&n->doorbell, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
 }
 
-/* About 20 us of spinning, then 30 yields: long enough to catch a reply on
- * an idle core, short enough that a 2-core machine with more busy threads
- * than cores hands the CPU over quickly (DESIGN.md: adaptive waiting). */
-#define SPIN_ITERS  200
-#define YIELD_ITERS 30
+/* Adaptive waiting (DESIGN.md): about 2 us of pure spinning catches a reply
+ * already on its way; then up to 50 us of sched_yield, which hands the core
+ * to a runnable thread (the progress thread that will deliver what we wait
+ * for, on a machine with more busy threads than cores) while still reacting
+ * within a microsecond; then the caller blocks in the kernel. */
+#define SPIN_NS  (2 * FK_NSEC_PER_USEC)
+#define YIELD_NS (50 * FK_NSEC_PER_USEC)
 
-int fab__spin_phase(unsigned iter)
+int fab__spin_phase(unsigned iter, uint64_t start_ns)
 {
-    if (iter < SPIN_ITERS) {
-        for (int i = 0; i < 64; i++)
+    uint64_t spent = fk_now_ns() - start_ns;
+    (void)iter;
+    if (spent < SPIN_NS) {
+        for (int i = 0; i < 16; i++)
             __builtin_ia32_pause();
         return 0;
     }
-    if (iter < SPIN_ITERS + YIELD_ITERS) {
+    if (spent < SPIN_NS + YIELD_NS) {
         sched_yield();
         return 0;
     }
@@ -189,11 +193,11 @@ int fab__spin_phase(unsigned iter)
 static int tcp_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
 {
     struct tcp_node *n = (struct tcp_node *)bn;
-    uint64_t deadline = fk_now_ns() + timeout_ns;
+    uint64_t start = fk_now_ns(), deadline = start + timeout_ns;
     for (unsigned i = 0;; i++) {
         if (tcp_doorbell(bn) != (uint32_t)seen)
             return 0;
-        if (fab__spin_phase(i))
+        if (fab__spin_phase(i, start) || fk_now_ns() >= deadline)
             break;
     }
     for (;;) {

@@ -67,9 +67,9 @@ int fab__udp_mcast_send(fab_ep *ep, const char *group, const char *const *member
 /* The host part of the node's address (for binding endpoints). */
 const char *fab__tcp_node_host(const fab_node *node);
 
-/* Spins for a bounded time, then yields, then returns: the first phase of
- * adaptive waiting. iter counts calls; returns 1 when the caller should now
- * block instead. */
-int fab__spin_phase(unsigned iter);
+/* One step of the first phase of adaptive waiting: spins briefly, then
+ * yields, for a bounded time since start_ns. iter counts calls; returns 1
+ * when the caller should now block instead. */
+int fab__spin_phase(unsigned iter, uint64_t start_ns);
 
 #endif /* FAB_TCP_H */

@@ -296,13 +296,14 @@ static int has_completion(struct tcp_conn *c, int count_stash)
 /* Waits for input: spins on a non-blocking receive, then blocks in poll. */
 static int wait_input(struct tcp_conn *c, uint64_t deadline, int count_stash)
 {
+    uint64_t start = fk_now_ns();
     for (unsigned i = 0;; i++) {
         int rc = fill_rbuf(c);
         if (has_completion(c, count_stash))
             return 0;
         if (rc < 0)
             return rc;
-        if (fab__spin_phase(i))
+        if (fab__spin_phase(i, start) || fk_now_ns() >= deadline)
             break;
     }
     for (;;) {

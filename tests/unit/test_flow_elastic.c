@@ -31,16 +31,19 @@ static void joiner(struct ft_child *c, void *arg)
     CHECK_OK(flow_flush(s));
     int done = 1;
     ft_write(c->up[1], &done, sizeof(done));
-    if (crash)
-        for (;;)
-            pause(); /* killed by the parent */
+    if (crash) { /* a crashed client: the parent kills it; EOF if the parent died */
+        char x;
+        ft_read(c->down[0], &x, 1);
+        _exit(0);
+    }
     CHECK_OK(flow_source_close(s));
     flow_node_destroy(n);
 }
 
-static int join_one(struct ft_child *c, const char *home, int crash)
+/* Joiners are forked before this process starts threads (TSan forbids a
+ * fork after); each waits for the home address, then joins. */
+static int join_one(struct ft_child *c, const char *home)
 {
-    ft_fork(c, joiner, crash ? (void *)1 : NULL);
     char h[FAB_ADDR_MAX] = {0};
     snprintf(h, sizeof(h), "%s", home);
     ft_write(c->down[1], h, sizeof(h));
@@ -68,8 +71,9 @@ static void consume_n(flow_target *t, uint64_t want)
 
 TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
 {
-    /* Fork before the first thread; children wait for the address. */
     struct ft_child c[6];
+    for (int i = 0; i < 6; i++)
+        ft_fork(&c[i], joiner, i == 1 ? (void *)1 : NULL); /* joiner 1 crashes */
     flow_node *n = ft_node();
     struct flow_schema sc;
     ft_schema(&sc);
@@ -84,11 +88,11 @@ TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
     const char *home = flow_node_addr(n);
     uint64_t ring_mem = flow_node_memory(n);
     /* Two clients fill both slots; a third is refused while they stay. */
-    CHECK_OK(join_one(&c[0], home, 0));
-    CHECK_OK(join_one(&c[1], home, 1));
+    CHECK_OK(join_one(&c[0], home));
+    CHECK_OK(join_one(&c[1], home));
     int done;
     CHECK_OK(ft_read(c[1].up[0], &done, sizeof(done)));
-    CHECK_ERR(join_one(&c[2], home, 0), FK_EFULL);
+    CHECK_ERR(join_one(&c[2], home), FK_EFULL);
     CHECK_EQ_I64(ft_reap(&c[2], fk_now_ns() + 10 * FT_SEC), 0);
     consume_n(t, JOIN_TUPLES + JOIN_TUPLES / 2);
     CHECK_EQ_I64(ft_reap(&c[0], fk_now_ns() + 10 * FT_SEC), 0);
@@ -99,7 +103,7 @@ TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
     struct flow_item it;
     CHECK_ERR(flow_consume(t, &it, 200 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
     for (int i = 3; i < 6; i++) {
-        CHECK_OK(join_one(&c[i], home, 0));
+        CHECK_OK(join_one(&c[i], home));
         consume_n(t, JOIN_TUPLES);
         CHECK_EQ_I64(ft_reap(&c[i], fk_now_ns() + 10 * FT_SEC), 0);
     }
