@@ -70,7 +70,7 @@ struct nop_config {
     uint32_t n, id;        /* 3..CONS_REPLICAS_MAX replicas, odd; this one */
     uint32_t log_cap;      /* log entries, 16..(CONS_MSG_MAX / CONS_WIRE_OP_MAX) */
     uint32_t clients_max;  /* client table rows */
-    size_t arena_bytes;    /* outbox arena; raised to hold two whole-log messages */
+    size_t arena_bytes;    /* outbox arena; raised to hold one whole-log message */
     uint64_t heartbeat_ns; /* sync and retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */
     uint64_t seed;         /* recovery nonce; fresh per incarnation */

@@ -426,7 +426,7 @@ static void on_fault(struct world *w)
     } else if (dice < 80 && down_count(w) < w->f) {
         uint32_t i = (uint32_t)(sim__rnd(w) % w->n);
         if (w->reps[i].up) {
-            int empty = sim__rnd(w) % 100 < 35;
+            int empty = sim__rnd(w) % 100 < 35 || w->o->proto == SIM_NOP; /* NOP: diskless */
             sim__say(w, 1, "fault: crash replica %u (restart %s)", i,
                      empty ? "empty" : "with disk");
             crash(w, i);

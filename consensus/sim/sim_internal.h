@@ -69,7 +69,7 @@ struct rep {
 };
 
 /* NOPaxos: replies gathered for the current request, per (view, slot). */
-#define SIM_CANDS 8
+#define SIM_CANDS 4
 struct cand {
     uint64_t view, slot, mask;
     int have_result;

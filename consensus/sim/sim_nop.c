@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whole-log view changes stay small with the simulator's op sizes; 1,024
+/* Whole-log view changes stay small with the simulator's op sizes; 512
  * slots hold every run's requests, retries and NO-OPs with room to spare. */
-#define SIM_NOP_LOG_CAP 1024
+#define SIM_NOP_LOG_CAP 512
 
 void sim__nop_boot(struct world *w, uint32_t i, int empty)
 {
