@@ -117,6 +117,12 @@ prepare() {
     command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 missing (make deps)"
     [ -x /bin/busybox ] || die "/bin/busybox missing (make deps: busybox-static)"
     pkg=${RDMA_VM_KERNEL_PKG:-$(newest_kernel_pkg)}
+    if [ -z "$pkg" ] && [ -z "$(ls "$cache/kernel" 2>/dev/null)" ] && [ "$(id -u)" -eq 0 ]; then
+        # Fresh machine whose package lists were never fetched.
+        echo "vm: no kernel package in apt-cache; running apt-get update" >&2
+        apt-get update -qq >&2 || true
+        pkg=$(newest_kernel_pkg)
+    fi
     if [ -z "$pkg" ]; then
         # Offline or apt lists gone: fall back to what the cache holds.
         pkg=$(ls "$cache/kernel" 2>/dev/null | sort -V | tail -n 1)
@@ -126,6 +132,8 @@ prepare() {
     if [ ! -s "$KERNEL_DIR/vmlinuz" ] || [ ! -s "$KERNEL_DIR/modules.order" ]; then
         mkdir -p "$cache/kernel"
         fetch_kernel "$pkg" "$KERNEL_DIR"
+        # Older kernels are not used again (qemu has read a running one).
+        find "$cache/kernel" -mindepth 1 -maxdepth 1 ! -name "$pkg" -exec rm -rf {} +
     fi
     # The initramfs is rebuilt whenever init, busybox or the modules change.
     hash=$(cat "$here/init" /bin/busybox "$KERNEL_DIR/modules.order" | sha256sum | cut -c1-12)
