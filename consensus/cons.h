@@ -110,7 +110,9 @@ struct cons_sm {
 };
 
 /* ---- addresses, inputs and the outbox ---------------------------------- */
-enum cons_addr_kind { CONS_ADDR_REPLICA = 1, CONS_ADDR_CLIENT = 2 };
+/* OUM: the ordered unreliable multicast (NOPaxos section 4) delivering a
+ * sequenced message or a drop notification; id is unused (0). */
+enum cons_addr_kind { CONS_ADDR_REPLICA = 1, CONS_ADDR_CLIENT = 2, CONS_ADDR_OUM = 3 };
 
 struct cons_addr {
     uint8_t kind; /* enum cons_addr_kind */

@@ -98,10 +98,13 @@ struct mpx;
 struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err);
 void mpx_destroy(struct mpx *r);
 
-/* Restore persisted records before mpx_start(MPX_START_RESTORED), in any
- * order. buf is the bytes of a persist item of that kind, borrowed for the
- * call. FK_EMALFORMED on bad bytes, FK_EINVAL after start or for an entry
- * outside the restorable window (older than the snapshot is ignored: 0). */
+/* Restore persisted records before mpx_start(MPX_START_RESTORED): META and
+ * the SNAPSHOT (if any) first, then every ENTRY the disk holds above the
+ * snapshot's index. buf is the bytes of a persist item of that kind,
+ * borrowed for the call. FK_EMALFORMED on bad bytes; FK_EINVAL after start
+ * or for an entry beyond snapshot index + log_cap (an entry at or below
+ * the snapshot index is ignored: 0). A disk without a META record holds no
+ * complete state: wipe it and start with MPX_START_EMPTY. */
 int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len);
 int mpx_restore_snapshot(struct mpx *r, const uint8_t *buf, size_t len);
 int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len);

@@ -57,9 +57,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The OUM's address kind (cons_addr.kind) for sequenced deliveries. */
-#define CONS_ADDR_OUM 3
-
 /* Test-only planted bugs, so the simulator proves its checkers can fail. */
 enum nop_bug {
     NOP_BUG_NO_GAP_AGREEMENT = 1u << 0, /* a follower NO-OPs a dropped slot on its own */

@@ -150,33 +150,25 @@ struct frame {
     uint64_t state;
 };
 
-/* Lowe's algorithm over one key's register history. */
-static int check_register(const struct reg_op *ops, int n, uint64_t max_steps)
+/* Builds Lowe's list: call and return events sorted by time, each call
+ * pointing at its return, linked from head. evs holds 2n events. */
+static int build_events(const struct reg_op *ops, int n, struct ev *evs, struct ev *head)
 {
-    int rc = FK_ENOMEM;
-    size_t words = ((size_t)n + 63) / 64;
-    struct ev *evs = calloc(2 * (size_t)n + 1, sizeof *evs);
-    struct frame *stack = calloc((size_t)n + 1, sizeof *stack);
-    uint64_t *bits = calloc(words + 1, sizeof *bits);
-    struct memo memo = {0};
-    if (!evs || !stack || !bits)
-        goto out;
     for (int i = 0; i < n; i++) {
         evs[2 * i] = (struct ev){.op = i, .is_call = 1};
         evs[2 * i + 1] = (struct ev){.op = i, .is_call = 0};
     }
     struct sort_ctx ctx = {ops};
-    struct ev *sorted = evs + 0; /* sort in place, then fix match pointers */
-    qsort_r(sorted, 2 * (size_t)n, sizeof *evs, cmp_ev_time, &ctx);
-    int *ret_at = calloc((size_t)n, sizeof *ret_at);
+    qsort_r(evs, 2 * (size_t)n, sizeof *evs, cmp_ev_time, &ctx);
+    int *ret_at = calloc((size_t)n + 1, sizeof *ret_at);
     if (!ret_at)
-        goto out;
+        return FK_ENOMEM;
     for (int i = 0; i < 2 * n; i++) {
         if (!evs[i].is_call)
             ret_at[evs[i].op] = i;
     }
-    struct ev head = {.op = -1};
-    struct ev *prev = &head;
+    *head = (struct ev){.op = -1};
+    struct ev *prev = head;
     for (int i = 0; i < 2 * n; i++) {
         if (evs[i].is_call)
             evs[i].match = &evs[ret_at[evs[i].op]];
@@ -185,48 +177,62 @@ static int check_register(const struct reg_op *ops, int n, uint64_t max_steps)
         prev = &evs[i];
     }
     free(ret_at);
+    return 0;
+}
+
+/* Lowe's algorithm over one key's register history: linearize the first
+ * call that is consistent and leads to an unseen (set, state); when a
+ * return is reached first, backtrack. */
+static int search(struct ev *head, const struct reg_op *ops, uint64_t *bits, size_t words,
+                  struct frame *stack, struct memo *memo, uint64_t max_steps)
+{
     uint64_t state = 0, steps = 0;
     int sp = 0;
-    struct ev *e = head.next;
-    rc = 0;
-    while (head.next) {
-        if (++steps > max_steps) {
-            rc = FK_ETIMEDOUT;
-            break;
-        }
-        if (e->is_call) {
-            uint64_t next;
-            int ok = reg_step(&ops[e->op], state, &next);
-            if (ok) {
-                bits[e->op / 64] |= 1ull << (e->op % 64);
-                int fresh = memo_add(&memo, fp(bits, words, next));
-                if (fresh < 0) {
-                    rc = fresh;
-                    break;
-                }
-                if (fresh) {
-                    stack[sp++] = (struct frame){e, state};
-                    state = next;
-                    lift(e);
-                    e = head.next;
-                    continue;
-                }
-                bits[e->op / 64] &= ~(1ull << (e->op % 64));
-            }
-            e = e->next;
-        } else {
-            if (sp == 0) {
-                rc = FK_EPROTO;
-                break;
-            }
+    struct ev *e = head->next;
+    while (head->next) {
+        if (++steps > max_steps)
+            return FK_ETIMEDOUT;
+        if (!e->is_call) {
+            if (sp == 0)
+                return FK_EPROTO;
             struct frame f = stack[--sp];
             state = f.state;
             bits[f.call->op / 64] &= ~(1ull << (f.call->op % 64));
             unlift(f.call);
             e = f.call->next;
+            continue;
         }
+        uint64_t next;
+        if (reg_step(&ops[e->op], state, &next)) {
+            bits[e->op / 64] |= 1ull << (e->op % 64);
+            int fresh = memo_add(memo, fp(bits, words, next));
+            if (fresh < 0)
+                return fresh;
+            if (fresh) {
+                stack[sp++] = (struct frame){e, state};
+                state = next;
+                lift(e);
+                e = head->next;
+                continue;
+            }
+            bits[e->op / 64] &= ~(1ull << (e->op % 64));
+        }
+        e = e->next;
     }
-out:
+    return 0;
+}
+
+static int check_register(const struct reg_op *ops, int n, uint64_t max_steps)
+{
+    int rc = FK_ENOMEM;
+    size_t words = ((size_t)n + 63) / 64;
+    struct ev *evs = calloc(2 * (size_t)n + 1, sizeof *evs);
+    struct frame *stack = calloc((size_t)n + 1, sizeof *stack);
+    uint64_t *bits = calloc(words + 1, sizeof *bits);
+    struct memo memo = {0};
+    struct ev head;
+    if (evs && stack && bits && build_events(ops, n, evs, &head) == 0)
+        rc = search(&head, ops, bits, words, stack, &memo, max_steps);
     free(evs);
     free(stack);
     free(bits);
