@@ -1,11 +1,13 @@
 /* flowkv-sim: runs the deterministic fault simulator over many seeds.
  *
  *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]
- *              [--bug NAME] [--verbose] [--expect-failure]
+ *              [--ops N] [--fault-ms MS] [--bug NAME] [--verbose] [--expect-failure]
  *
  * --seeds N runs seeds first..first+N-1 (default 1000 from 1) for each
  * protocol chosen (default both); --seed S runs one seed (replay) and
- * implies --verbose 1. A failing seed prints its reason and the exact
+ * implies --verbose 1. --ops N sets operations per client (default 40) and
+ * --fault-ms the virtual length of the fault phase (default 2000); clients
+ * start no new operation after it. A failing seed prints its reason and the exact
  * command that replays it; the exit status is 1 when any seed failed.
  * --bug plants a known bug: apply-uncommitted, local-reads, no-merge
  * (Multi-Paxos) or no-gap-agreement, follower-exec (NOPaxos); with
@@ -39,6 +41,8 @@ static const struct {
 struct args {
     uint64_t first, count;
     int verbose, expect_failure, protos; /* protos: bit 0 mpx, bit 1 nop */
+    uint32_t ops;                        /* operations per client */
+    uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
     uint32_t bugs;
     const char *bug_name;
 };
@@ -46,7 +50,8 @@ struct args {
 static void usage(void)
 {
     fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]\n"
-                    "                  [--bug NAME] [--verbose] [--expect-failure]\n"
+                    "                  [--ops N] [--fault-ms MS] [--bug NAME] [--verbose]\n"
+                    "                  [--expect-failure]\n"
                     "bugs: apply-uncommitted, local-reads, no-merge (mpx);\n"
                     "      no-gap-agreement, follower-exec (nop)\n");
 }
@@ -69,12 +74,17 @@ static int parse_args(int argc, char **argv, struct args *a)
     a->first = 1;
     a->count = 1000;
     a->protos = 3;
+    a->ops = 40;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = v && argv[i][0] == '-' && strcmp(argv[i], "--verbose") != 0 &&
                     strcmp(argv[i], "--expect-failure") != 0;
         if (strcmp(argv[i], "--seeds") == 0 && v) {
             a->count = strtoull(v, NULL, 10);
+        } else if (strcmp(argv[i], "--fault-ms") == 0 && v) {
+            a->fault_ms = strtoull(v, NULL, 10);
+        } else if (strcmp(argv[i], "--ops") == 0 && v) {
+            a->ops = (uint32_t)strtoul(v, NULL, 10);
         } else if (strcmp(argv[i], "--first") == 0 && v) {
             a->first = strtoull(v, NULL, 10);
         } else if (strcmp(argv[i], "--seed") == 0 && v) {
@@ -98,7 +108,9 @@ static int parse_args(int argc, char **argv, struct args *a)
         }
         i += takes;
     }
-    return a->count > 0 && a->protos ? 0 : -1;
+    return a->count > 0 && a->protos && a->ops > 0 && a->ops <= 100000 && a->fault_ms <= 600000
+               ? 0
+               : -1;
 }
 
 struct totals {
@@ -131,7 +143,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
                              .proto = proto,
                              .bugs = a->bugs,
                              .verbose = a->verbose,
-                             .ops_per_client = 40};
+                             .ops_per_client = a->ops,
+                             .fault_ms = a->fault_ms};
         struct sim_result r;
         if (sim_run(&o, &r) < 0) {
             fprintf(stderr, "flowkv-sim: out of memory\n");
@@ -141,9 +154,10 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
         if (!r.ok) {
             t.failed++;
             printf("FAIL %s seed %" PRIu64 " (n=%u): %s\n  replay: %s --proto %s --seed %" PRIu64
-                   "%s%s\n",
-                   pname, s, r.n, r.why, argv0, pname, s, a->bug_name ? " --bug " : "",
-                   a->bug_name ? a->bug_name : "");
+                   " --ops %u --fault-ms %" PRIu64 "%s%s\n",
+                   pname, s, r.n, r.why, argv0, pname, s, a->ops, a->fault_ms ? a->fault_ms : 2000,
+                   a->bug_name ? " --bug " : "", a->bug_name ? a->bug_name : "");
+            fflush(stdout);
             if (a->expect_failure)
                 break;
         }

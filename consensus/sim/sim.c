@@ -748,7 +748,7 @@ static void setup(struct world *w)
     w->dup_p = sim__ufrac(w) * 0.05;
     w->delay_max = sim__urange(w, 1 * MS, 15 * MS);
     w->disk_max = sim__urange(w, 100000, 3 * MS);
-    w->fault_end = SIM_FAULT_NS;
+    w->fault_end = w->o->fault_ms ? w->o->fault_ms * MS : SIM_FAULT_NS;
     w->res->n = w->n;
     w->res->clients = w->nclients;
     w->res->drop_p = w->drop_p;
@@ -761,7 +761,7 @@ static void setup(struct world *w)
         sim__at(w, sim__urange(w, 1 * MS, 50 * MS), EV_CLIENT, c, 0, 1, NULL);
     }
     sim__at(w, sim__urange(w, 50 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
-    sim__at(w, SIM_FAULT_NS, EV_HEAL, 0, 0, 0, NULL);
+    sim__at(w, w->fault_end, EV_HEAL, 0, 0, 0, NULL);
 }
 
 static void finish(struct world *w)
@@ -834,7 +834,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     while (w->heap_n && !w->failed) {
         struct ev e = pop(w);
         w->now = e.t;
-        if (w->now > SIM_FAULT_NS + SIM_LIVE_NS) {
+        if (w->now > w->fault_end + SIM_LIVE_NS) {
             free(e.m);
             break;
         }

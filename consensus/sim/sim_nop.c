@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whole-log view changes stay small with the simulator's op sizes; 512
- * slots hold every run's requests, retries and NO-OPs with room to spare. */
-#define SIM_NOP_LOG_CAP 512
+/* The log is not compacted (nop.h): 512 slots hold a default run's
+ * requests, retries and NO-OPs with room to spare; longer fault phases get
+ * the largest log whose whole-log messages fit CONS_MSG_MAX. */
+#define SIM_NOP_LOG_CAP      512
+#define SIM_NOP_LOG_CAP_LONG 1900
 
 void sim__nop_boot(struct world *w, uint32_t i, int empty)
 {
@@ -20,7 +22,7 @@ void sim__nop_boot(struct world *w, uint32_t i, int empty)
     struct nop_config c = {
         .n = w->n,
         .id = i,
-        .log_cap = SIM_NOP_LOG_CAP,
+        .log_cap = w->o->fault_ms > 2000 ? SIM_NOP_LOG_CAP_LONG : SIM_NOP_LOG_CAP,
         .clients_max = SIM_CLIENTS_MAX,
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,
