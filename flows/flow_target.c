@@ -251,11 +251,13 @@ int flow_consume(flow_target *t, struct flow_item *item, uint64_t timeout_ns)
         return FK_ECLOSED;
     if (t->desc.opts.kind == FLOW_COMBINER)
         return FK_EINVAL;
-    uint64_t deadline = fk_now_ns() + timeout_ns;
     if (t->mc != NULL)
-        return flow__mc_next(t, item, deadline);
+        return flow__mc_next(t, item, fk_now_ns() + timeout_ns);
+    uint64_t deadline = 0; /* read the clock only when there is nothing yet */
     for (;;) {
         t->bell = fab_node_doorbell(flow__fab(t->node));
+        if (deadline == 0)
+            deadline = fk_now_ns() + timeout_ns;
         int rc = t->order != NULL ? flow__order_next(t, item, deadline) : flow__ring_next(t, item);
         if (rc != FK_EAGAIN)
             return rc;

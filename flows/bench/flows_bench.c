@@ -12,6 +12,9 @@
  *   (d) flow memory per node for a 4x4-thread shuffle.
  * It prints a table, then `flows-bench: latency_ratio=... bandwidth_ratio=...`.
  * Every phase is bounded (counts sized for about a second each).
+ * Knobs for exploring (not needed for `make bench-flows`): BENCH_BW_ONLY=1
+ * runs only (b); BENCH_SEGS and BENCH_SEG_BYTES set the ring of (b);
+ * FLOWKV_FAB_YIELD_US tunes adaptive waiting (fabric/fab_tcp.c).
  */
 #include "fk_error.h"
 #include "fk_hist.h"
@@ -529,7 +532,13 @@ static double bench_bandwidth(uint32_t size, int reps)
     for (int r = 0; r < reps; r++) {
         char name[32];
         snprintf(name, sizeof(name), "bw%u_%d", size, r);
-        declare(name, FLOW_SHUFFLE, FLOW_BANDWIDTH, size, 1, g_peer, 1, NULL);
+        struct flow_opts o;
+        flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH);
+        if (getenv("BENCH_SEGS"))
+            o.segments = (uint32_t)atoi(getenv("BENCH_SEGS"));
+        if (getenv("BENCH_SEG_BYTES"))
+            o.segment_bytes = (uint32_t)atoi(getenv("BENCH_SEG_BYTES"));
+        declare(name, FLOW_SHUFFLE, FLOW_BANDWIDTH, size, 1, g_peer, 1, &o);
         send_cmd(P_BW_FLOW, name, size, 0, 0);
         bw_flow_a(name, size);
         double flow_bps = rate() * size;
@@ -610,7 +619,7 @@ int main(void)
     put(g_down[1], addr, sizeof(addr));
     printf("flows-bench: fabric %s, two processes on loopback\n",
            getenv("FLOWKV_FABRIC") ? getenv("FLOWKV_FABRIC") : "tcp");
-    double lat = bench_latency();
+    double lat = getenv("BENCH_BW_ONLY") ? 0 : bench_latency();
     double bw = 0;
     static const uint32_t sizes[] = {16, 64, 256, 1024};
     for (int i = 0; i < 4; i++) {
@@ -618,8 +627,10 @@ int main(void)
         if (sizes[i] == 64)
             bw = r;
     }
-    bench_replicate();
-    bench_memory();
+    if (!getenv("BENCH_BW_ONLY")) {
+        bench_replicate();
+        bench_memory();
+    }
     send_cmd(P_EXIT, NULL, 0, 0, 0);
     int status;
     waitpid(pid, &status, 0);
