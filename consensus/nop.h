@@ -119,4 +119,30 @@ int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msg
 int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
                      int *has_result, struct cons_reply *reply);
 
+/* Client side: collects replies for one request until f+1 replicas agree on
+ * (view, log slot) and the leader of that view sent the result (section
+ * 5.2.1). Replies for other requests are ignored. Caller-owned, no
+ * allocation; sizeof is about NOP_QUORUM_CANDS * 8.2 KiB. */
+#define NOP_QUORUM_CANDS 4
+struct nop_quorum {
+    uint32_t n;
+    uint64_t client_id, req_no;
+    uint32_t ncands;
+    struct {
+        uint64_t view, slot, mask;
+        int have_result;
+        struct cons_reply result;
+    } cands[NOP_QUORUM_CANDS];
+};
+
+/* Starts collecting for (client_id, req_no) in a group of n replicas. */
+void nop_quorum_reset(struct nop_quorum *q, uint32_t n, uint64_t client_id, uint64_t req_no);
+/* Adds the reply message buf[0..len) from replica `from`. Returns 1 when
+ * the request is complete (*result points into q, valid until the next
+ * reset), 0 while pending or for a reply to another request, FK_EMALFORMED
+ * for bytes that are not a reply, FK_EPROTO for a result from a replica
+ * that does not lead the reply's view. */
+int nop_quorum_add(struct nop_quorum *q, uint32_t from, const uint8_t *buf, size_t len,
+                   const struct cons_reply **result);
+
 #endif /* NOP_H */

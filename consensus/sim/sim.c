@@ -548,7 +548,7 @@ static void client_next(struct world *w, struct client *c)
     }
     h->type = op->type;
     c->hist = w->hist_n - 1;
-    c->ncands = 0;
+    nop_quorum_reset(&c->q, w->n, c->id, c->req_no);
     c->busy = 1;
     w->res->ops_issued++;
     client_send(w, c);

@@ -68,18 +68,9 @@ struct rep {
     uint64_t checked;
 };
 
-/* NOPaxos: replies gathered for the current request, per (view, slot). */
-#define SIM_CANDS 4
-struct cand {
-    uint64_t view, slot, mask;
-    int have_result;
-    struct cons_reply result; /* the leader's, once have_result */
-};
-
 struct client {
     uint64_t id, req_no, next_val;
-    struct cand cands[SIM_CANDS];
-    uint32_t ncands;
+    struct nop_quorum q; /* NOPaxos: replies gathered for the current request */
 
     struct cons_op op;
     int busy;

@@ -78,45 +78,19 @@ void sim__nop_client_send(struct world *w, struct client *c)
     }
 }
 
+/* NOPaxos section 5.2.1: f+1 replies for one (view, slot), the leader's
+ * among them (nop_quorum_add). */
 void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m)
 {
-    static struct cons_reply rep;
-    struct nop_view v;
-    uint64_t slot;
-    int has;
-    if (nop_decode_reply(m->data, m->len, &v, &slot, &has, &rep) < 0) {
-        sim__fail(w, "client %" PRIu64 ": malformed reply", c->id);
+    const struct cons_reply *result;
+    if (!c->busy)
         return;
-    }
-    if (!c->busy || rep.req_no != c->req_no || rep.client_id != c->id)
-        return; /* late or duplicated */
-    uint32_t from = (uint32_t)m->from.id;
-    if (has && from != v.leader_num % w->n) {
-        sim__fail(w, "client %" PRIu64 ": a result from replica %u, not the leader", c->id, from);
-        return;
-    }
-    uint64_t view = (uint64_t)v.leader_num << 32 | v.session;
-    struct cand *cd = NULL;
-    for (uint32_t k = 0; k < c->ncands && k < SIM_CANDS; k++) {
-        if (c->cands[k].view == view && c->cands[k].slot == slot)
-            cd = &c->cands[k];
-    }
-    if (!cd) {
-        cd = &c->cands[c->ncands++ % SIM_CANDS];
-        memset(cd, 0, offsetof(struct cand, result));
-        cd->view = view;
-        cd->slot = slot;
-    }
-    cd->mask |= 1ull << from;
-    if (has) {
-        cd->have_result = 1;
-        memcpy(&cd->result, &rep, offsetof(struct cons_reply, data) + rep.len);
-    }
-    /* NOPaxos section 5.2.1: f+1 replies for one (view, slot), the leader's among them. */
-    if (cd->have_result && (uint32_t)__builtin_popcountll(cd->mask) >= w->f + 1) {
-        c->ncands = 0;
-        sim__client_done(w, c, &cd->result);
-    }
+    int rc = nop_quorum_add(&c->q, (uint32_t)m->from.id, m->data, m->len, &result);
+    if (rc < 0)
+        sim__fail(w, "client %" PRIu64 ": bad reply from replica %" PRIu64 ": %s", c->id,
+                  m->from.id, fk_err_name(rc));
+    else if (rc == 1)
+        sim__client_done(w, c, result);
 }
 
 void sim__nop_failover(struct world *w)

@@ -22,6 +22,10 @@ struct group {
     struct nop_view last_view;
     uint64_t last_slot;
     struct cons_reply result;
+    struct nop_quorum q; /* the client's f+1 rule over every reply (when reset) */
+    int completed;
+    uint8_t leader_msg[256]; /* the last reply carrying a result, as sent */
+    uint32_t leader_len;
 };
 
 static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob);
@@ -52,6 +56,17 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
             CHECK_OK(nop_decode_reply(msgs[k].buf, msgs[k].len, &g->last_view, &g->last_slot, &has,
                                       &rep));
             g->replies++;
+            const struct cons_reply *done;
+            int rc = g->q.n ? nop_quorum_add(&g->q, from, msgs[k].buf, msgs[k].len, &done) : 0;
+            CHECK(rc >= 0);
+            if (has && msgs[k].len <= sizeof g->leader_msg) {
+                memcpy(g->leader_msg, msgs[k].buf, msgs[k].len);
+                g->leader_len = msgs[k].len;
+            }
+            if (rc == 1) {
+                g->completed++;
+                CHECK_EQ_U64(done->req_no, g->q.req_no);
+            }
             if (has) {
                 g->results++;
                 g->result = rep;
@@ -142,9 +157,11 @@ TEST(normal_operation_f_plus_one_replies)
     static struct group g;
     start(&g);
     struct cons_op op = put(1, "a");
+    nop_quorum_reset(&g.q, N, 5, 1);
     multicast(&g, &op, 0);
     CHECK_EQ_I64(g.replies, 3);
-    CHECK_EQ_I64(g.results, 1); /* only the leader (replica 0 in view 0) executes */
+    CHECK_EQ_I64(g.completed, 2); /* f+1 with the leader's, then the third reply */
+    CHECK_EQ_I64(g.results, 1);   /* only the leader (replica 0 in view 0) executes */
     CHECK_EQ_U64(g.last_slot, 1);
     CHECK_EQ_I64(g.result.status, 0);
     ticks(&g, 5); /* synchronization commits; followers execute */
@@ -196,6 +213,31 @@ TEST(session_change_starts_new_view)
     multicast(&g, &b, 0);
     CHECK_EQ_I64(g.results, before + 1);
     CHECK_EQ_U64(g.last_view.session, 1);
+    stop(&g);
+}
+
+TEST(quorum_rejects_results_from_followers)
+{
+    static struct group g;
+    start(&g);
+    struct cons_op op = put(1, "a");
+    nop_quorum_reset(&g.q, N, 5, 1);
+    multicast(&g, &op, 0);
+    CHECK(g.completed >= 1);
+    /* The leader's bytes attributed to another replica: a result from a
+     * follower is a protocol violation; garbage is malformed; another
+     * request's reply is ignored. */
+    static struct nop_quorum q;
+    const struct cons_reply *res;
+    CHECK(g.leader_len > 0);
+    nop_quorum_reset(&q, N, 5, 1);
+    CHECK_ERR(nop_quorum_add(&q, 1, g.leader_msg, g.leader_len, &res), FK_EPROTO);
+    CHECK_EQ_I64(nop_quorum_add(&q, 0, g.leader_msg, g.leader_len, &res), 0); /* 1 of 2 */
+    nop_quorum_reset(&q, N, 5, 2);
+    CHECK_EQ_I64(nop_quorum_add(&q, 0, g.leader_msg, g.leader_len, &res), 0); /* not req 2 */
+    uint8_t junk[40] = {0};
+    CHECK_ERR(nop_quorum_add(&q, 1, junk, sizeof junk, &res), FK_EMALFORMED);
+    CHECK_ERR(nop_quorum_add(&q, 7, junk, sizeof junk, &res), FK_EMALFORMED);
     stop(&g);
 }
 
