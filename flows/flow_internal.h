@@ -36,7 +36,7 @@
     ((uint64_t)(count) | ((uint64_t)((session)&0xffffu) << 32) | FOOT_CONSUMABLE | (flags))
 
 #define FLOW__DEFAULT_SEG_BYTES 8192
-#define FLOW__DEFAULT_SEGS_BW   16
+#define FLOW__DEFAULT_SEGS_BW   32
 #define FLOW__DEFAULT_SEGS_LAT  64
 #define FLOW__SEGS_MAX          4096
 #define FLOW__SEG_BYTES_MAX     (1u << 20)

@@ -6,8 +6,9 @@
  * each declaration, so a flow stays discoverable while any of them lives (no
  * single point of failure, DESIGN.md). Each target node alone answers ATTACH
  * for the rings it hosts, and each sequencer node for its counter. Control
- * messages travel as fab_call requests and are handled on the fabric's
- * progress thread; they never block there (no outgoing calls from a handler).
+ * messages travel as fab_call requests and are handled on the thread running
+ * the fabric's event loop (fab.h); they never block there (no outgoing calls
+ * from a handler).
  */
 #include "flow_internal.h"
 
@@ -228,7 +229,8 @@ void flow__unhost_target(flow_node *n, flow_target *t)
     pthread_mutex_unlock(&n->lock);
 }
 
-/* ---- control handler (progress thread) -------------------------------------------------- */
+/* ---- control handler (the fabric's event loop) --------------------------------------------------
+ */
 
 static int on_attach(flow_node *n, uint64_t peer, const void *req, size_t len, void *resp,
                      size_t cap)

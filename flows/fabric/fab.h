@@ -114,14 +114,17 @@ struct fab_rkey {
 /* ---- node ---------------------------------------------------------------- */
 
 /* Handler for control messages (fab_call) arriving at a node. Runs on the
- * node's progress thread; must not block. req is valid during the call;
+ * node's progress thread, or (tcp backend) on a thread blocked in
+ * fab_node_wait that runs the node's event loop meanwhile; one at a time;
+ * must not block. req is valid during the call;
  * writes at most cap bytes to resp and returns their number, or a negative
  * code that fab_call returns to the caller. peer_id names the connection
  * (unique per node, never reused) so the handler can tie state to it. */
 typedef int (*fab_call_fn)(void *data, uint64_t peer_id, const void *req, size_t len, void *resp,
                            size_t cap);
-/* Called on the progress thread when an incoming connection closes (the
- * peer closed it or its process died), after its last operation applied. */
+/* Called like fab_call_fn, one at a time, when an incoming connection
+ * closes (the peer closed it or its process died), after its last
+ * operation applied. */
 typedef void (*fab_close_fn)(void *data, uint64_t peer_id);
 
 /* Creates a node: binds host:port, starts the backend (for tcp, its progress

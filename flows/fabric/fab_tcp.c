@@ -15,6 +15,15 @@
  * Regions are looked up per chunk under mr_lock, which the loop holds while
  * it processes one socket read; fab_mr_dereg takes the same lock, so after it
  * returns no remote operation touches the memory.
+ *
+ * Leader/followers: the loop is run by one thread at a time, the progress
+ * thread or a thread blocked in fab_node_wait (drive_loop). A waiter that
+ * takes the loop sleeps in the kernel on the loop's descriptor and applies
+ * what arrives itself, so a consumer is woken once per message, directly by
+ * the kernel, as with a plain socket; the progress thread runs the loop
+ * whenever no waiter does (control calls, other peers, closes). Handlers
+ * (fab_call_fn, fab_close_fn) may therefore run on a waiting thread; they
+ * already must not block.
  */
 #include "fab_tcp.h"
 
@@ -26,6 +35,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -38,6 +48,8 @@
 struct tcp_mr {
     struct fab_mr base;
 };
+
+enum loop_owner { OWNER_NONE = 0, OWNER_PROGRESS, OWNER_WAITER };
 
 struct tcp_peer;
 
@@ -53,6 +65,16 @@ struct tcp_node {
     uint32_t mr_gen;
     uint32_t doorbell; /* futex word, bumped after applied writes */
     uint32_t waiters;
+    /* Who runs the loop (leader/followers): the progress thread, or a thread
+     * waiting in fab_node_wait, which then reads the sockets itself and is
+     * woken by the kernel directly when data arrives, one wake-up per
+     * message as with a plain socket instead of two (progress thread, then
+     * waiter). Guarded by loop_lock; owner_cv announces releases. */
+    pthread_mutex_t loop_lock;
+    pthread_cond_t owner_cv;
+    int owner;            /* enum loop_owner */
+    int wanted;           /* waiters blocked in take_loop */
+    uint64_t last_waiter; /* when a waiter last released the loop */
     uint64_t next_peer_id;
     struct tcp_peer *peers; /* loop thread only */
 };
@@ -214,6 +236,8 @@ int fab__spin_phase(unsigned iter, uint64_t start_ns)
     return 1;
 }
 
+static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline);
+
 static int tcp_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
 {
     struct tcp_node *n = (struct tcp_node *)bn;
@@ -225,6 +249,11 @@ static int tcp_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
             break;
     }
     for (;;) {
+        int rc = drive_loop(n, (uint32_t)seen, deadline);
+        if (rc <= 0)
+            return rc;
+        /* Another waiter leads: it rings the doorbell for us, or wakes us
+         * when it stops leading so that we lead. */
         uint64_t now = fk_now_ns();
         if (now >= deadline)
             return FK_ETIMEDOUT;
@@ -563,11 +592,119 @@ static void on_stop(uv_async_t *a)
     uv_close((uv_handle_t *)&n->stop, NULL);
 }
 
+/* The progress thread leaves the loop to waiters for this long after a
+ * waiter released it, so a consumer that waits again soon (a ping-pong, a
+ * drained ring) finds the loop free instead of contending with the progress
+ * thread; events that arrive meanwhile with no waiter wait at most this. */
+#define PROGRESS_GRACE_NS (1 * FK_NSEC_PER_MSEC)
+
+static void cond_wait_ns(struct tcp_node *n, uint64_t ns)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t = (uint64_t)ts.tv_nsec + ns;
+    ts.tv_sec += (time_t)(t / FK_NSEC_PER_SEC);
+    ts.tv_nsec = (long)(t % FK_NSEC_PER_SEC);
+    pthread_cond_timedwait(&n->owner_cv, &n->loop_lock, &ts);
+}
+
+/* Takes the loop for kind. A waiter gets it unless another waiter leads
+ * (returns 1); the progress thread waits for waiters and their grace. */
+static int take_loop(struct tcp_node *n, int kind)
+{
+    pthread_mutex_lock(&n->loop_lock);
+    for (;;) {
+        if (kind == OWNER_WAITER && n->owner == OWNER_WAITER) {
+            pthread_mutex_unlock(&n->loop_lock);
+            return 1;
+        }
+        if (kind == OWNER_WAITER && n->owner == OWNER_NONE)
+            break;
+        if (kind == OWNER_PROGRESS && n->owner == OWNER_NONE) {
+            uint64_t since = fk_now_ns() - n->last_waiter;
+            if (n->last_waiter == 0 || since >= PROGRESS_GRACE_NS)
+                break;
+            cond_wait_ns(n, PROGRESS_GRACE_NS - since);
+            continue;
+        }
+        if (kind == OWNER_WAITER)
+            n->wanted++;
+        cond_wait_ns(n, PROGRESS_GRACE_NS);
+        if (kind == OWNER_WAITER)
+            n->wanted--;
+    }
+    n->owner = kind;
+    pthread_mutex_unlock(&n->loop_lock);
+    return 0;
+}
+
+static void release_loop(struct tcp_node *n)
+{
+    pthread_mutex_lock(&n->loop_lock);
+    assert(n->owner != OWNER_NONE);
+    int was_waiter = n->owner == OWNER_WAITER;
+    n->owner = OWNER_NONE;
+    if (was_waiter)
+        n->last_waiter = fk_now_ns();
+    if (n->wanted > 0)
+        pthread_cond_broadcast(&n->owner_cv);
+    pthread_mutex_unlock(&n->loop_lock);
+    /* Waiters that found a leader sleep on the doorbell: let one of them
+     * lead now (they retry drive_loop when woken). */
+    if (was_waiter && __atomic_load_n(&n->waiters, __ATOMIC_SEQ_CST) > 0)
+        futex(&n->doorbell, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
+}
+
+/* Waits for the loop's events without owning it. */
+static void wait_events(int fd, int timeout_ms)
+{
+    struct pollfd p = {fd, POLLIN, 0};
+    poll(&p, 1, timeout_ms);
+}
+
+/* The waiter as leader: runs the loop until the doorbell moves past seen
+ * or the deadline. Returns 0, FK_ETIMEDOUT, or 1 when another waiter leads. */
+static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
+{
+    if (take_loop(n, OWNER_WAITER))
+        return 1;
+    int rc = FK_ETIMEDOUT, fd = uv_backend_fd(&n->loop);
+    for (;;) {
+        uv_run(&n->loop, UV_RUN_NOWAIT);
+        if (__atomic_load_n(&n->doorbell, __ATOMIC_SEQ_CST) != seen) {
+            rc = 0;
+            break;
+        }
+        uint64_t now = fk_now_ns();
+        if (now >= deadline)
+            break;
+        uint64_t left = deadline - now;
+        /* Bounded slices: the progress thread takes over again promptly. */
+        if (left > 10 * FK_NSEC_PER_MSEC)
+            left = 10 * FK_NSEC_PER_MSEC;
+        struct timespec ts = {0, (long)left};
+        struct pollfd p = {fd, POLLIN, 0};
+        ppoll(&p, 1, &ts, NULL);
+    }
+    release_loop(n);
+    return rc;
+}
+
+/* The progress thread runs the loop whenever no waiter does; it never
+ * holds the loop while it sleeps, so a waiter can take over at once. */
 static void *progress_main(void *arg)
 {
     struct tcp_node *n = arg;
-    uv_run(&n->loop, UV_RUN_DEFAULT);
-    return NULL;
+    int fd = uv_backend_fd(&n->loop);
+    for (;;) {
+        take_loop(n, OWNER_PROGRESS);
+        int alive = uv_run(&n->loop, UV_RUN_NOWAIT);
+        int timeout = uv_backend_timeout(&n->loop);
+        release_loop(n);
+        if (!alive)
+            return NULL; /* stopped: every handle is closed */
+        wait_events(fd, timeout);
+    }
 }
 
 /* ---- node ------------------------------------------------------------------------ */
@@ -605,6 +742,8 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
     fab__fault_init(&n->base.fault, cfg);
     n->base.has_mcast = fab__udp_probe_mcast(host);
     pthread_mutex_init(&n->mr_lock, NULL);
+    pthread_mutex_init(&n->loop_lock, NULL);
+    pthread_cond_init(&n->owner_cv, NULL);
     int rc = uv_loop_init(&n->loop);
     if (rc < 0) {
         free(n);
@@ -623,6 +762,8 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
         uv_run(&n->loop, UV_RUN_DEFAULT);
         uv_loop_close(&n->loop);
         pthread_mutex_destroy(&n->mr_lock);
+        pthread_mutex_destroy(&n->loop_lock);
+        pthread_cond_destroy(&n->owner_cv);
         free(n);
         return rc;
     }
@@ -643,6 +784,8 @@ static void tcp_node_destroy(fab_node *bn)
             fk_warn("flows", "fabric node %s destroyed with a region still registered",
                     n->base.addr);
     pthread_mutex_destroy(&n->mr_lock);
+    pthread_mutex_destroy(&n->loop_lock);
+    pthread_cond_destroy(&n->owner_cv);
     free(n);
 }
 
