@@ -34,17 +34,24 @@
  *  - Recovery (5.3.2, after Viewstamped Replication): a replica that
  *    restarts asks all replicas under a nonce and rejoins with the log of
  *    the leader of the newest view among f+1 answers.
- *  - State transfer: a replica whose executed entries differ from a new
- *    view's log resets its state machine and re-executes the log.
+ *  - Log compaction and state transfer: a replica checkpoints its state
+ *    (state machine snapshot + client table) at a committed slot once a
+ *    quarter of its log ring lies behind the last checkpoint; a leader,
+ *    which executes ahead of the commit point, pauses taking new messages
+ *    at half a ring until followers caught up so it can checkpoint too.
+ *    A follower that lacks compacted slots receives the leader's checkpoint
+ *    (STATE); view change, START-VIEW and recovery messages carry the
+ *    sender's checkpoint and its log after it. A replica whose executed
+ *    entries differ from a new view's log rolls back to its checkpoint and
+ *    re-executes.
  *
  * Limits of this implementation (documented, not hidden):
  *  - Replicas are diskless, as in the paper: state survives f crashes by
  *    replication; a restarted replica always recovers from the others
  *    (NOP_START_EMPTY). No persist requests are ever emitted.
- *  - The log is not compacted: it holds log_cap entries, after which the
- *    replica stops accepting requests (clients see no progress). View
- *    change and recovery messages carry whole logs, so log_cap *
- *    CONS_WIRE_OP_MAX must fit CONS_MSG_MAX (checked at create).
+ *  - A checkpoint travels whole in one message, and view change messages
+ *    carry up to a ring of entries: log_cap * CONS_WIRE_OP_MAX plus a
+ *    checkpoint must fit CONS_MSG_MAX (checked at create).
  *  - Reads go through the log (linearizable).
  *
  * Thread safety: a handle belongs to one thread.
@@ -67,6 +74,7 @@ struct nop_config {
     uint32_t n, id;        /* 3..CONS_REPLICAS_MAX replicas, odd; this one */
     uint32_t log_cap;      /* log entries, 16..(CONS_MSG_MAX / CONS_WIRE_OP_MAX) */
     uint32_t clients_max;  /* client table rows */
+    size_t snapshot_max;   /* bytes of a state machine snapshot (checkpoints) */
     size_t arena_bytes;    /* outbox arena; raised to hold one whole-log message */
     uint64_t heartbeat_ns; /* sync and retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */

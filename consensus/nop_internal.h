@@ -22,21 +22,24 @@ enum nop_type {
     NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
     NOP_SYNC_REP = 9,       /* term = view; u64 synced */
     NOP_VC_REQ = 10,        /* term = view */
-    NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, whole log */
-    NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, whole log */
+    NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, u64 commit,
+                               checkpoint, log after it */
+    NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, checkpoint, log after it */
     NOP_RECOVERY = 13,      /* u64 nonce */
     NOP_RECOVERY_REP = 14,  /* term = view; u64 nonce, u8 leader, u64 sess_start, u64 commit,
-                               whole log when leader (else empty) */
+                               checkpoint and log after it when leader (else empty) */
+    NOP_STATE = 15, /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
     NOP__TYPES
 };
 
 /* A log segment on the wire: u64 lo (first slot), u32 n, then n entries,
- * each u8 kind (NOP_ENT_*) and, for a request, the op. */
+ * each u8 kind (NOP_ENT_*) and, for a request, the op. A checkpoint on the
+ * wire: u32 len, then the blob (u64 index, u32 n, client table, u32 n,
+ * state machine snapshot). */
 enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 
-#define NOP_SYNC_ENTRIES 16   /* entries per SYNC message */
-#define NOP_OUM_BUF      64   /* OUM messages held while the next one is missing */
-#define NOP_BASE_SNAP    4096 /* bytes for the state machine's initial snapshot */
+#define NOP_SYNC_ENTRIES 16 /* entries per SYNC message */
+#define NOP_OUM_BUF      64 /* OUM messages held while the next one is missing */
 
 struct nop_entry {
     uint8_t kind; /* enum nop_ent */
@@ -58,6 +61,9 @@ struct nop_msg {
     uint64_t lo; /* segment: first slot */
     uint32_t nents;
     struct cons_rbuf ents;
+    const uint8_t *cp; /* checkpoint blob */
+    uint32_t cp_len;
+    uint64_t cp_index; /* its index */
 };
 
 struct nop {
@@ -69,9 +75,14 @@ struct nop {
     uint64_t rng, now, last_heard;
 
     struct nop_view view, last_normal;
-    struct nop_entry *log; /* log[i - 1] is slot i */
-    uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
-    uint64_t log_len, sess_start, executed, commit, synced;
+    /* The log is a ring of log_cap slots holding (snap, log_len]; slot i
+     * lives at (i - 1) % log_cap. Slots <= snap are compacted into the
+     * checkpoint: the state after executing them, always committed. */
+    struct nop_entry *log;
+    uint64_t *exec_sig; /* hash of each entry as executed, to detect rollbacks */
+    uint64_t snap, log_len, sess_start, executed, commit, synced;
+    uint8_t *cp; /* checkpoint blob at snap */
+    size_t cp_len, cp_cap;
 
     struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
     uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */
@@ -92,8 +103,6 @@ struct nop {
     int rec_have_leader;
     uint64_t rec_commit;
 
-    uint8_t base_snap[NOP_BASE_SNAP]; /* the empty state, for re-execution */
-    size_t base_snap_len;
     struct cons_reply reply;
     struct cons_op scratch_op;
     struct cons_outbox ob;
@@ -125,6 +134,16 @@ static inline int nop__view_cmp(struct nop_view a, struct nop_view b)
     return 0;
 }
 
+static inline struct nop_entry *nop__ent(const struct nop *r, uint64_t slot)
+{
+    return &r->log[(slot - 1) % r->cfg.log_cap];
+}
+
+static inline uint64_t *nop__sig(const struct nop *r, uint64_t slot)
+{
+    return &r->exec_sig[(slot - 1) % r->cfg.log_cap];
+}
+
 /* nop_msg.c */
 int nop__decode(const uint8_t *buf, size_t len, struct nop_msg *m, struct cons_op *op);
 void nop__begin(struct nop *r, struct cons_wbuf *w, uint8_t type, uint64_t term);
@@ -132,6 +151,8 @@ void nop__send(struct nop *r, struct cons_wbuf *w, struct cons_addr to);
 void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1);
 /* Writes slots [lo, hi] of the log as a segment. */
 void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi);
+/* Writes the checkpoint blob (u32 len, bytes). */
+void nop__put_checkpoint(struct nop *r, struct cons_wbuf *w);
 /* Reads the next entry of a validated segment. */
 void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e);
 void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep);
@@ -142,6 +163,13 @@ int nop__is_leader(const struct nop *r);
 void nop__execute_to(struct nop *r, uint64_t upto, int reply);
 void nop__check_executed(struct nop *r);
 void nop__oum_clear(struct nop *r);
+/* Replaces the state with a checkpoint blob at `index` (framing validated
+ * by the decoder): snap = executed = index, commit >= index. With
+ * keep_tail the log after index stays when it fits the ring, else the log
+ * ends at index. 0, or FK_EPOISONED when the blob did not install. */
+int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index, int keep_tail);
+/* Whether the ring has room for slot `slot`. */
+int nop__fits(const struct nop *r, uint64_t slot);
 void nop__drain(struct nop *r);
 uint64_t nop__entry_hash(const struct nop_entry *e);
 

@@ -34,6 +34,25 @@ static int take_segment(struct cons_rbuf *r, struct nop_msg *m)
     return r->err ? FK_EMALFORMED : 0;
 }
 
+/* Reads "u32 len, checkpoint blob" and validates the blob's framing. */
+static int take_cp(struct cons_rbuf *r, struct nop_msg *m)
+{
+    m->cp_len = cons_r_u32(r);
+    m->cp = cons_r_bytes(r, m->cp_len);
+    if (!m->cp)
+        return FK_EMALFORMED;
+    if (m->cp_len == 0) { /* none (a recovery reply from a follower) */
+        m->cp_index = 0;
+        return 0;
+    }
+    struct cons_rbuf b;
+    cons_rbuf_init(&b, m->cp, m->cp_len);
+    m->cp_index = cons_r_u64(&b);
+    cons_r_bytes(&b, cons_r_u32(&b));
+    cons_r_bytes(&b, cons_r_u32(&b));
+    return cons_r_done(&b);
+}
+
 static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *op)
 {
     switch (m->type) {
@@ -60,18 +79,25 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
         m->u1 = cons_r_u64(r);
         return take_segment(r, m);
     case NOP_VC:
+        m->u3 = cons_r_u64(r); /* last normal view */
+        /* fall through */
     case NOP_START_VIEW:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
-        if (take_segment(r, m) < 0 || m->lo != 1)
+        if (take_cp(r, m) < 0 || take_segment(r, m) < 0 || m->lo != m->cp_index + 1)
             return FK_EMALFORMED;
         return 0;
+    case NOP_STATE:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
+        return take_cp(r, m);
     case NOP_RECOVERY_REP:
         m->u1 = cons_r_u64(r);
         m->flag = cons_r_u8(r);
         m->u2 = cons_r_u64(r);
         m->u3 = cons_r_u64(r);
-        if (m->flag > 1 || take_segment(r, m) < 0 || m->lo != 1)
+        if (m->flag > 1 || take_cp(r, m) < 0 || take_segment(r, m) < 0 ||
+            (m->flag && m->lo != m->cp_index + 1))
             return FK_EMALFORMED;
         return 0;
     default:
@@ -138,13 +164,20 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
     assert(lo >= 1 && (hi < lo || hi <= r->log_len));
     cons_w_u64(w, lo);
     cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
+    assert(hi < lo || lo > r->snap);
     for (uint64_t i = lo; i <= hi; i++) {
-        const struct nop_entry *e = &r->log[i - 1];
+        const struct nop_entry *e = nop__ent(r, i);
         assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
         cons_w_u8(w, e->kind);
         if (e->kind == NOP_ENT_REQ)
             cons_wire_put_op(w, &e->op);
     }
+}
+
+void nop__put_checkpoint(struct nop *r, struct cons_wbuf *w)
+{
+    cons_w_u32(w, (uint32_t)r->cp_len);
+    cons_w_bytes(w, r->cp, r->cp_len);
 }
 
 void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep)

@@ -26,7 +26,9 @@ static void send_vc(struct nop *r)
     nop__begin(r, &w, NOP_VC, nop__pack(r->view));
     cons_w_u64(&w, nop__pack(r->last_normal));
     cons_w_u64(&w, r->sess_start);
-    nop__put_segment(r, &w, 1, r->log_len);
+    cons_w_u64(&w, r->commit);
+    nop__put_checkpoint(r, &w);
+    nop__put_segment(r, &w, r->snap + 1, r->log_len);
     nop__send(r, &w, cons_replica(nop__leader_of(r, r->view)));
 }
 
@@ -67,7 +69,8 @@ static void send_start_view(struct nop *r, uint32_t to)
     nop__begin(r, &w, NOP_START_VIEW, nop__pack(r->view));
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    nop__put_segment(r, &w, 1, r->log_len);
+    nop__put_checkpoint(r, &w);
+    nop__put_segment(r, &w, r->snap + 1, r->log_len);
     nop__send(r, &w, cons_replica(to));
 }
 
@@ -103,32 +106,51 @@ static void finish_view_change(struct nop *r)
     }
 }
 
+/* A sender's checkpoint is committed state: adopt it when this replica
+ * has not committed that far, or when the sender's log would not fit this
+ * ring. Returns 0 to go on with the message's entries, <0 to drop it. */
+static int adopt_checkpoint(struct nop *r, const struct nop_msg *m, int keep_tail)
+{
+    uint64_t end = m->lo + m->nents - 1;
+    if (m->nents > r->cfg.log_cap)
+        return FK_EMALFORMED;
+    if (m->cp_len && m->cp_index > r->snap &&
+        (m->cp_index > r->commit || end > r->snap + r->cfg.log_cap))
+        return nop__install(r, m->cp, m->cp_len, m->cp_index, keep_tail);
+    return end > r->snap + r->cfg.log_cap ? FK_EMALFORMED : 0;
+}
+
 /* The new leader merges f+1 logs (section 5.2.3): only logs of the latest
  * normal view count; a NO-OP in any of them wins (it was gap-committed),
  * else a request in any of them, up to the longest. Merging as messages
- * arrive gives the same result: the rule is associative. */
+ * arrive gives the same result: the rule is associative. Slots at or below
+ * this replica's commit point are committed and identical everywhere, so
+ * only the rest is merged. */
 static void merge_vc(struct nop *r, const struct nop_msg *m)
 {
-    struct nop_view ln = nop__unpack(m->u1);
+    struct nop_view ln = nop__unpack(m->u3);
     int cmp = nop__view_cmp(ln, r->vc_best);
-    if (cmp < 0 || m->nents > r->cfg.log_cap)
+    if (adopt_checkpoint(r, m, 1) < 0 || cmp < 0) {
+        nop__check_executed(r);
         return;
+    }
+    uint64_t end = m->lo + m->nents - 1;
+    if (cmp > 0) {
+        r->vc_best = ln;
+        r->sess_start = m->u1;
+        r->log_len = end > r->commit ? end : r->commit;
+    }
     struct cons_rbuf rd = m->ents;
     struct nop_entry e;
-    if (cmp > 0) {
-        r->log_len = 0;
-        r->sess_start = m->u2 <= m->nents ? m->u2 : m->nents;
-        r->vc_best = ln;
-    }
-    for (uint64_t i = 1; i <= m->nents; i++) {
+    for (uint64_t i = m->lo; i <= end; i++) {
         nop__entry_next(&rd, &e);
-        if (i > r->log_len)
-            r->log[r->log_len++] = e;
-        else if (e.kind == NOP_ENT_NOOP)
-            r->log[i - 1] = e;
+        if (i <= r->commit || i > r->log_len + 1)
+            continue;
+        if (i == r->log_len + 1)
+            *nop__ent(r, ++r->log_len) = e;
+        else if (cmp > 0 || e.kind == NOP_ENT_NOOP)
+            *nop__ent(r, i) = e;
     }
-    if (r->sess_start > r->log_len)
-        r->sess_start = r->log_len;
     nop__check_executed(r);
 }
 
@@ -155,17 +177,26 @@ void nop__on_start_view(struct nop *r, const struct nop_msg *m)
 {
     struct nop_view v = nop__unpack(m->term);
     if (m->from != nop__leader_of(r, v) || v.leader_num < r->view.leader_num ||
-        v.session < r->view.session || m->nents > r->cfg.log_cap ||
-        (r->status == NOP_NORMAL && nop__view_eq(v, r->view)))
+        v.session < r->view.session || (r->status == NOP_NORMAL && nop__view_eq(v, r->view)))
         return;
+    if (adopt_checkpoint(r, m, 0) < 0)
+        return;
+    /* The view's log: mine up to the sender's checkpoint (committed here,
+     * or just installed), the leader's after it. */
+    uint64_t end = m->lo + m->nents - 1;
     struct cons_rbuf rd = m->ents;
+    struct nop_entry e;
+    for (uint64_t i = m->lo; i <= end; i++) {
+        nop__entry_next(&rd, &e);
+        if (i > r->snap)
+            *nop__ent(r, i) = e;
+    }
     r->view = v;
-    r->log_len = 0;
-    for (uint32_t i = 0; i < m->nents; i++)
-        nop__entry_next(&rd, &r->log[r->log_len++]);
-    r->sess_start = m->u1 <= r->log_len ? m->u1 : r->log_len;
-    if (m->u2 > r->commit)
-        r->commit = m->u2;
+    r->log_len = end > r->snap ? end : r->snap;
+    r->sess_start = m->u1;
+    uint64_t c = m->u2 < r->log_len ? m->u2 : r->log_len;
+    if (c > r->commit)
+        r->commit = c;
     enter_view(r, 0);
 }
 
@@ -227,7 +258,13 @@ void nop__on_recovery(struct nop *r, const struct nop_msg *m)
     cons_w_u8(&w, (uint8_t)leader);
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    nop__put_segment(r, &w, 1, leader ? r->log_len : 0);
+    if (leader) {
+        nop__put_checkpoint(r, &w);
+        nop__put_segment(r, &w, r->snap + 1, r->log_len);
+    } else {
+        cons_w_u32(&w, 0);
+        nop__put_segment(r, &w, 1, 0);
+    }
     nop__send(r, &w, cons_replica(m->from));
 }
 
@@ -242,14 +279,19 @@ void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m)
     r->rec_from |= 1ull << m->from;
     if (nop__view_cmp(v, r->rec_view) > 0)
         r->rec_view = v;
-    if (m->flag && m->nents <= r->cfg.log_cap &&
+    if (m->flag && m->cp_len && m->nents <= r->cfg.log_cap &&
         (!r->rec_have_leader || nop__view_cmp(v, r->rec_leader_view) > 0)) {
+        /* The leader's checkpoint and log after it replace whatever a
+         * previous (older) leader reply gave. */
+        if (nop__install(r, m->cp, m->cp_len, m->cp_index, 0) < 0)
+            return;
         struct cons_rbuf rd = m->ents;
-        r->log_len = 0;
         for (uint32_t i = 0; i < m->nents; i++)
-            nop__entry_next(&rd, &r->log[r->log_len++]);
-        r->sess_start = m->u2 <= r->log_len ? m->u2 : r->log_len;
-        r->rec_commit = m->u3 <= r->log_len ? m->u3 : r->log_len;
+            nop__entry_next(&rd, nop__ent(r, ++r->log_len));
+        r->sess_start = m->u2;
+        r->rec_commit = m->u3 < r->log_len ? m->u3 : r->log_len;
+        if (r->rec_commit < r->snap)
+            r->rec_commit = r->snap;
         r->rec_leader_view = v;
         r->rec_have_leader = 1;
     }
@@ -258,6 +300,5 @@ void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m)
         return;
     r->view = r->rec_view;
     r->commit = r->rec_commit;
-    r->executed = 0;
     enter_view(r, 0);
 }

@@ -615,7 +615,10 @@ void sim__client_done(struct world *w, struct client *c, const struct cons_reply
         c->seen[h->key] = h->out;
     if ((h->type == CONS_OP_PUT || h->type == CONS_OP_CAS) && rep.status == 0)
         c->seen[h->key] = h->arg;
-    sim__say(w, 2, "client %" PRIu64 " op %u key %u -> %d", c->id, h->type, h->key, rep.status);
+    sim__say(w, 2,
+             "client %" PRIu64 " op %u key %u arg %" PRIx64 " exp %" PRIx64 " -> %d out %" PRIx64
+             " (called %.3f ms)",
+             c->id, h->type, h->key, h->arg, h->exp, rep.status, h->out, (double)h->call / MS);
     c->busy = 0;
     c->done++;
     w->res->ops_done++;
@@ -764,6 +767,21 @@ static void setup(struct world *w)
     sim__at(w, w->fault_end, EV_HEAL, 0, 0, 0, NULL);
 }
 
+/* With --verbose, the whole client history, for reading a failure. */
+static void dump_history(const struct world *w)
+{
+    for (size_t i = 0; i < w->hist_n && w->o->verbose; i++) {
+        const struct lin_op *h = &w->hist[i];
+        printf("  op %zu client %" PRIu64 " type %u key %u arg %" PRIx64 " exp %" PRIx64
+               " -> %d out %" PRIx64 " [%.3f, %.3f] ms",
+               i, h->client, h->type, h->key, h->arg, h->exp, h->status, h->out,
+               (double)h->call / MS, h->ret == LIN_PENDING ? -1.0 : (double)h->ret / MS);
+        for (uint8_t k = 0; k < h->scan_n; k++)
+            printf(" k%u=%" PRIx64, h->scan_keys[k], h->scan_vals[k]);
+        printf("\n");
+    }
+}
+
 static void finish(struct world *w)
 {
     if (!w->failed && !clients_idle(w))
@@ -773,9 +791,10 @@ static void finish(struct world *w)
         check_states(w);
     char why[200] = "";
     int rc = lin_check(w->hist, w->hist_n, w->nkeys, 20000000, why, sizeof why);
-    if (rc == FK_EPROTO)
+    if (rc == FK_EPROTO) {
         sim__fail(w, "linearizability: %s", why);
-    else if (rc < 0)
+        dump_history(w);
+    } else if (rc < 0)
         sim__fail(w, "linearizability check failed to finish: %s %s", fk_err_name(rc), why);
 }
 

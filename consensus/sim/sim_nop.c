@@ -10,11 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The log is not compacted (nop.h): 512 slots hold a default run's
- * requests, retries and NO-OPs with room to spare; longer fault phases get
- * the largest log whose whole-log messages fit CONS_MSG_MAX. */
-#define SIM_NOP_LOG_CAP      512
-#define SIM_NOP_LOG_CAP_LONG 1900
+/* A small ring, so checkpoints, state transfer and the leader's pause at
+ * half a ring happen often. */
+#define SIM_NOP_LOG_CAP 64
 
 void sim__nop_boot(struct world *w, uint32_t i, int empty)
 {
@@ -22,7 +20,8 @@ void sim__nop_boot(struct world *w, uint32_t i, int empty)
     struct nop_config c = {
         .n = w->n,
         .id = i,
-        .log_cap = w->o->fault_ms > 2000 ? SIM_NOP_LOG_CAP_LONG : SIM_NOP_LOG_CAP,
+        .log_cap = SIM_NOP_LOG_CAP,
+        .snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX),
         .clients_max = SIM_CLIENTS_MAX,
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,

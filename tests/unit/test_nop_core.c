@@ -8,6 +8,7 @@
 #include "kv.h"
 #include "nop.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #define N 3
@@ -24,6 +25,7 @@ struct group {
     struct cons_reply result;
     struct nop_quorum q; /* the client's f+1 rule over every reply (when reset) */
     int completed;
+    uint32_t down;           /* replicas that receive nothing */
     uint8_t leader_msg[256]; /* the last reply carrying a result, as sent */
     uint32_t leader_len;
 };
@@ -77,7 +79,8 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
                                 .from = cons_replica(from),
                                 .buf = msgs[k].buf,
                                 .len = msgs[k].len};
-        step(g, (uint32_t)msgs[k].to.id, &in);
+        if (!(g->down >> msgs[k].to.id & 1))
+            step(g, (uint32_t)msgs[k].to.id, &in);
     }
     free(msgs);
     free(copy);
@@ -89,7 +92,8 @@ static void start(struct group *g)
     for (uint32_t i = 0; i < N; i++) {
         struct nop_config c = {.n = N,
                                .id = i,
-                               .log_cap = 64,
+                               .log_cap = 16,
+                               .snapshot_max = 1 << 16,
                                .clients_max = 4,
                                .heartbeat_ns = 10,
                                .election_ns = 100,
@@ -117,6 +121,8 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
     uint8_t buf[4096];
     uint64_t num = ++g->msgnum;
     for (uint32_t i = 0; i < N; i++) {
+        if (g->down >> i & 1)
+            continue; /* lost: the OUM never reached it */
         int len = drops_mask >> i & 1
                       ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
                       : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
@@ -147,7 +153,8 @@ static void ticks(struct group *g, int n)
         g->now += 5;
         for (uint32_t i = 0; i < N; i++) {
             struct cons_input in = {.kind = CONS_IN_TICK};
-            step(g, i, &in);
+            if (!(g->down >> i & 1))
+                step(g, i, &in);
         }
     }
 }
@@ -241,6 +248,37 @@ TEST(quorum_rejects_results_from_followers)
     stop(&g);
 }
 
+TEST(compaction_and_state_transfer)
+{
+    static struct group g;
+    start(&g);        /* log_cap 16: checkpoints every 4 committed slots */
+    g.down = 1u << 2; /* replica 2 hears nothing for a while */
+    char val[8];
+    for (int i = 1; i <= 40; i++) {
+        snprintf(val, sizeof val, "v%d", i);
+        struct cons_op op = put((uint64_t)i, val);
+        multicast(&g, &op, 1u << 2);
+        ticks(&g, 1);
+    }
+    ticks(&g, 10);
+    struct nop_stat st0, st2;
+    nop_status(g.r[0], &st0);
+    CHECK_EQ_U64(st0.log_len, 40);
+    CHECK_EQ_U64(st0.commit, 40);
+    nop_status(g.r[2], &st2);
+    CHECK_EQ_U64(st2.log_len, 0);
+    uint64_t h;
+    CHECK(!nop_committed_hash(g.r[0], 1, &h)); /* compacted */
+    g.down = 0; /* back: the leader's sync sends its checkpoint, then entries */
+    ticks(&g, 10);
+    nop_status(g.r[2], &st2);
+    CHECK_EQ_U64(st2.log_len, 40);
+    CHECK_EQ_U64(st2.commit, 40);
+    CHECK_EQ_U64(st2.executed, 40);
+    CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
+    stop(&g);
+}
+
 TEST(malformed_and_misuse)
 {
     static struct group g;
@@ -275,8 +313,12 @@ TEST(malformed_and_misuse)
     CHECK_ERR(nop_step(g.r[0], &spoof, 0, &ob), FK_EMALFORMED); /* OUM only from the OUM */
     struct cons_input persisted = {.kind = CONS_IN_PERSISTED, .cookie = 1};
     CHECK_ERR(nop_step(g.r[0], &persisted, 0, &ob), FK_EINVAL);
-    struct nop_config bad = {
-        .n = 4, .log_cap = 64, .clients_max = 4, .heartbeat_ns = 1, .election_ns = 10};
+    struct nop_config bad = {.n = 4,
+                             .log_cap = 64,
+                             .clients_max = 4,
+                             .snapshot_max = 1 << 16,
+                             .heartbeat_ns = 1,
+                             .election_ns = 10};
     int err;
     CHECK(nop_create(&bad, kv_mem_sm(g.kv[0]), &err) == NULL);
     CHECK_EQ_I64(err, FK_EINVAL);
