@@ -2,6 +2,7 @@
  * fab.c: backend selection, argument checks and dispatch for fab.h.
  */
 #include "fab_impl.h"
+#include "fab_verbs.h"
 
 #include "fk_error.h"
 #include "fk_log.h"
@@ -70,12 +71,15 @@ int fab__parse_addr(const char *addr, char *host, uint16_t *port)
     return 0;
 }
 
-static int pick_backend(enum fab_backend want, const struct fab__ops **ops)
+/* Resolves FAB_BACKEND_AUTO from FLOWKV_FABRIC; *automatic is set when the
+ * choice is still open (auto: verbs if a device is usable, else tcp). */
+static int resolve_backend(enum fab_backend want, enum fab_backend *out, int *automatic)
 {
+    *automatic = 0;
     if (want == FAB_BACKEND_AUTO) {
         const char *env = getenv("FLOWKV_FABRIC");
         if (env == NULL || *env == '\0' || strcasecmp(env, "auto") == 0)
-            want = FAB_BACKEND_TCP; /* verbs is not built yet: auto means tcp */
+            *automatic = 1;
         else if (strcasecmp(env, "tcp") == 0)
             want = FAB_BACKEND_TCP;
         else if (strcasecmp(env, "verbs") == 0)
@@ -83,13 +87,21 @@ static int pick_backend(enum fab_backend want, const struct fab__ops **ops)
         else
             return FK_ECONFIG;
     }
-    if (want == FAB_BACKEND_TCP) {
-        *ops = &fab__tcp_ops;
-        return 0;
+    if (*automatic) {
+        /* auto: verbs when a usable RDMA device exists, else tcp; said once
+         * per process at info level (every node of a process decides alike). */
+        static int said;
+        char why[384] = "";
+        want = fab__verbs_probe(why, sizeof(why)) ? FAB_BACKEND_VERBS : FAB_BACKEND_TCP;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fk_info("flows", "fabric: auto chose %s (%s)",
+                    want == FAB_BACKEND_VERBS ? "verbs" : "tcp",
+                    want == FAB_BACKEND_VERBS ? "an RDMA device is present" : why);
     }
-    if (want == FAB_BACKEND_VERBS)
-        return FK_ENODEV; /* the verbs backend is a later issue */
-    return FK_EINVAL;
+    if (want != FAB_BACKEND_TCP && want != FAB_BACKEND_VERBS)
+        return FK_EINVAL;
+    *out = want;
+    return 0;
 }
 
 int fab_node_create(const struct fab_config *cfg, fab_node **out)
@@ -103,11 +115,18 @@ int fab_node_create(const struct fab_config *cfg, fab_node **out)
     }
     if (cfg->drop > 1 || cfg->delay_p > 1)
         return FK_EINVAL;
-    const struct fab__ops *ops;
-    int rc = pick_backend(cfg->backend, &ops);
+    enum fab_backend be;
+    int automatic;
+    int rc = resolve_backend(cfg->backend, &be, &automatic);
     if (rc < 0)
         return rc;
+    const struct fab__ops *ops = be == FAB_BACKEND_VERBS ? &fab__verbs_ops : &fab__tcp_ops;
     rc = ops->node_create(cfg, out);
+    if (rc < 0 && automatic && ops == &fab__verbs_ops) {
+        fk_warn("flows", "fabric: auto: verbs node failed (%s); using tcp", fk_strerror(rc));
+        ops = &fab__tcp_ops;
+        rc = ops->node_create(cfg, out);
+    }
     if (rc < 0)
         return rc;
     (*out)->ops = ops;
@@ -117,6 +136,13 @@ int fab_node_create(const struct fab_config *cfg, fab_node **out)
     fk_debug("flows", "fabric node %s up (%s, mcast %d)", (*out)->addr, ops->name,
              (*out)->has_mcast);
     return 0;
+}
+
+void fab_node_counters(const fab_node *node, struct fab_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (node != NULL && node->ops == &fab__verbs_ops)
+        fab__verbs_counters(node, out);
 }
 
 void fab_node_destroy(fab_node *node)

@@ -33,7 +33,7 @@
  *
  * Backend choice: fab_config.backend, or FAB_BACKEND_AUTO which reads the
  * FLOWKV_FABRIC environment variable (tcp|verbs|auto); auto picks verbs when
- * a device exists and the backend is built, else tcp.
+ * a usable RDMA device exists, else tcp (logged once per process).
  * Fault knob (datagrams only, for tests): FLOWKV_FAB_DROP=<probability>,
  * FLOWKV_FAB_DELAY_US=<microseconds> with FLOWKV_FAB_DELAY_P=<probability>
  * (default 1 when a delay is set); fab_config fields override the variables.
@@ -74,6 +74,8 @@ struct fab_config {
     double delay_p;           /* probability a datagram is delayed; < 0 = environment */
     uint64_t delay_ns;        /* delay applied to those datagrams */
     uint64_t seed;            /* fault knob random seed; 0 = from pid and time */
+    const char *device;       /* verbs: RDMA device name; NULL = FLOWKV_RDMA_DEVICE, else the
+                                 device that owns host (or the first active one) */
 };
 
 /* Fills cfg with defaults: AUTO backend, 127.0.0.1, ephemeral port, fault
@@ -276,5 +278,31 @@ int fab_ep_mcast_send(fab_ep *ep, const char *group, const char *const *members,
 /* Whether multicast works on this node's network (probed at create;
  * FLOWKV_FAB_MCAST=0 forces unicast fallback). */
 int fab_node_has_mcast(const fab_node *node);
+
+/* ---- counters (verbs backend; proof that bytes went through RDMA) ---------- */
+
+/* Work requests posted per opcode and completions seen, since the node was
+ * created. The tcp backend has no work requests: every field is 0. With
+ * FLOWKV_FAB_COUNTERS=<file> set, a verbs node appends one line
+ * "fab-counters: pid=... addr=... write=... read=... faa=... ..." to that
+ * file when it is destroyed (tests/rdma-vm sums them). */
+struct fab_counters {
+    uint64_t write;         /* RDMA WRITE work requests posted */
+    uint64_t write_inline;  /* ... of which IBV_SEND_INLINE */
+    uint64_t read;          /* RDMA READ */
+    uint64_t faa;           /* ATOMIC_FETCH_AND_ADD */
+    uint64_t send;          /* SEND (control messages, both directions) */
+    uint64_t recv;          /* RECV completions (control messages) */
+    uint64_t completion;    /* send-queue completions polled */
+    uint64_t error;         /* completions with an error status */
+    uint64_t dgram_send;    /* UD SENDs (datagrams, unicast) */
+    uint64_t dgram_recv;    /* UD RECV completions */
+    uint64_t mcast_send;    /* UD SENDs to a multicast group */
+    uint64_t connect;       /* RC connections established (active side) */
+    uint64_t connect_retry; /* connection attempts retried after back-off */
+};
+
+/* Copies the node's counters into out. Any thread. */
+void fab_node_counters(const fab_node *node, struct fab_counters *out);
 
 #endif /* FAB_H */

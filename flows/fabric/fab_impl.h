@@ -75,6 +75,7 @@ struct fab_ep {
 };
 
 extern const struct fab__ops fab__tcp_ops;
+extern const struct fab__ops fab__verbs_ops; /* fab_verbs.c */
 
 /* Resolves the fault knob from cfg and the environment. */
 void fab__fault_init(struct fab__fault *f, const struct fab_config *cfg);
