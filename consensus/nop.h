@@ -53,6 +53,9 @@
  *    carry up to a ring of entries: log_cap * CONS_WIRE_OP_MAX plus a
  *    checkpoint must fit CONS_MSG_MAX (checked at create).
  *  - Reads go through the log (linearizable).
+ *  - No damping of view changes (unlike mpx's pre-vote): a replica that was
+ *    cut off and timed out moves the group to a higher view when it is
+ *    heard again. Safe, but a flapping link costs view changes.
  *
  * Thread safety: a handle belongs to one thread.
  */
@@ -100,8 +103,10 @@ struct nop_stat {
 
 struct nop;
 
-/* Creates a replica applying to sm (borrowed for its lifetime); allocates
- * everything it will use. NULL with *err = FK_EINVAL or FK_ENOMEM. */
+/* Creates a replica applying to sm (borrowed for its lifetime), which must
+ * be empty: its snapshot becomes the first checkpoint, at slot 0.
+ * Allocates everything it will use. NULL with *err = FK_EINVAL (bad
+ * config, or the empty state does not fit snapshot_max) or FK_ENOMEM. */
 struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err);
 void nop_destroy(struct nop *r);
 /* FRESH: a member of a new group. EMPTY: a restart; recovers first.
