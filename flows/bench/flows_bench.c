@@ -13,7 +13,7 @@
  * It prints a table, then `flows-bench: latency_ratio=... bandwidth_ratio=...`.
  * Every phase is bounded (counts sized for about a second each).
  * Knobs for exploring (not needed for `make bench-flows`): BENCH_BW_ONLY=1
- * runs only (b); BENCH_SEGS and BENCH_SEG_BYTES set the ring of (b);
+ * runs only (b), BENCH_LAT_ONLY=1 only (a); BENCH_SEGS and BENCH_SEG_BYTES set the ring of (b);
  * FLOWKV_FAB_YIELD_US tunes adaptive waiting (fabric/fab_tcp.c).
  */
 #include "fk_error.h"
@@ -622,12 +622,12 @@ int main(void)
     double lat = getenv("BENCH_BW_ONLY") ? 0 : bench_latency();
     double bw = 0;
     static const uint32_t sizes[] = {16, 64, 256, 1024};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < (getenv("BENCH_LAT_ONLY") ? 0 : 4); i++) {
         double r = bench_bandwidth(sizes[i], sizes[i] == 64 ? REPS : 1);
         if (sizes[i] == 64)
             bw = r;
     }
-    if (!getenv("BENCH_BW_ONLY")) {
+    if (!getenv("BENCH_BW_ONLY") && !getenv("BENCH_LAT_ONLY")) {
         bench_replicate();
         bench_memory();
     }

@@ -59,6 +59,7 @@ struct tcp_node {
     uv_loop_t loop;
     uv_tcp_t listener;
     uv_async_t stop;
+    uv_timer_t drive_timer; /* bounds a waiter's blocking loop iteration */
     pthread_t thread;
     pthread_mutex_t mr_lock;
     struct tcp_mr *mrs[FAB_MR_MAX]; /* by key % FAB_MR_MAX */
@@ -590,6 +591,7 @@ static void on_stop(uv_async_t *a)
         peer_close(p);
     uv_close((uv_handle_t *)&n->listener, NULL);
     uv_close((uv_handle_t *)&n->stop, NULL);
+    uv_close((uv_handle_t *)&n->drive_timer, NULL);
 }
 
 /* The progress thread leaves the loop to waiters for this long after a
@@ -662,15 +664,19 @@ static void wait_events(int fd, int timeout_ms)
     poll(&p, 1, timeout_ms);
 }
 
+static void on_drive_timer(uv_timer_t *t)
+{
+    (void)t; /* only ends a blocking loop iteration */
+}
+
 /* The waiter as leader: runs the loop until the doorbell moves past seen
  * or the deadline. Returns 0, FK_ETIMEDOUT, or 1 when another waiter leads. */
 static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
 {
     if (take_loop(n, OWNER_WAITER))
         return 1;
-    int rc = FK_ETIMEDOUT, fd = uv_backend_fd(&n->loop);
+    int rc = FK_ETIMEDOUT;
     for (;;) {
-        uv_run(&n->loop, UV_RUN_NOWAIT);
         if (__atomic_load_n(&n->doorbell, __ATOMIC_SEQ_CST) != seen) {
             rc = 0;
             break;
@@ -678,14 +684,13 @@ static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
         uint64_t now = fk_now_ns();
         if (now >= deadline)
             break;
-        uint64_t left = deadline - now;
-        /* Bounded slices: the progress thread takes over again promptly. */
-        if (left > 10 * FK_NSEC_PER_MSEC)
-            left = 10 * FK_NSEC_PER_MSEC;
-        struct timespec ts = {0, (long)left};
-        struct pollfd p = {fd, POLLIN, 0};
-        ppoll(&p, 1, &ts, NULL);
+        /* One blocking loop iteration (one epoll_wait: the kernel wakes us
+         * with the data), bounded by a timer in slices of at most 10 ms. */
+        uint64_t ms = (deadline - now + FK_NSEC_PER_MSEC - 1) / FK_NSEC_PER_MSEC;
+        uv_timer_start(&n->drive_timer, on_drive_timer, ms < 10 ? ms : 10, 0);
+        uv_run(&n->loop, UV_RUN_ONCE);
     }
+    uv_timer_stop(&n->drive_timer);
     release_loop(n);
     return rc;
 }
@@ -751,6 +756,7 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
     }
     uv_tcp_init(&n->loop, &n->listener);
     uv_async_init(&n->loop, &n->stop, on_stop);
+    uv_timer_init(&n->loop, &n->drive_timer);
     n->listener.data = n;
     n->stop.data = n;
     rc = bind_listener(n, host, cfg->port);
@@ -759,6 +765,7 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
     if (rc < 0) {
         uv_close((uv_handle_t *)&n->listener, NULL);
         uv_close((uv_handle_t *)&n->stop, NULL);
+        uv_close((uv_handle_t *)&n->drive_timer, NULL);
         uv_run(&n->loop, UV_RUN_DEFAULT);
         uv_loop_close(&n->loop);
         pthread_mutex_destroy(&n->mr_lock);

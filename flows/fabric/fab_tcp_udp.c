@@ -56,6 +56,19 @@ static int to_sockaddr(const char *addr, struct sockaddr_in *sa)
     return 0;
 }
 
+/* Receive buffers sized for a burst of every sender's credit window: UDP
+ * on loopback drops when a slow receiver's buffer fills, and an ordered
+ * flow reports each such loss as a GAP. SO_RCVBUFFORCE passes rmem_max
+ * when privileged; otherwise the kernel caps SO_RCVBUF. */
+#define FAB__UDP_RCVBUF (4 * 1024 * 1024)
+
+static void size_rcvbuf(int fd)
+{
+    int v = FAB__UDP_RCVBUF;
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
 int fab__udp_probe_mcast(const char *host)
 {
     struct in_addr ifa;
@@ -87,6 +100,8 @@ int fab__udp_open(fab_node *node, fab_ep **out)
     sa.sin_port = 0;
     if (rc == 0 && bind(e->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         rc = -errno;
+    if (rc == 0)
+        size_rcvbuf(e->fd);
     socklen_t sl = sizeof(sa);
     if (rc == 0 && getsockname(e->fd, (struct sockaddr *)&sa, &sl) < 0)
         rc = -errno;
@@ -157,6 +172,7 @@ int fab__udp_join(fab_ep *be, const char *group)
         close(fd);
         return rc;
     }
+    size_rcvbuf(fd);
     e->mfd = fd;
     return 0;
 }
