@@ -197,7 +197,7 @@ static void ring_doorbell(struct tcp_node *n)
  * saved, since the thread that produces what we wait for (a progress
  * thread) needs that core; machines with idle cores may set
  * FLOWKV_FAB_YIELD_US. */
-#define SPIN_NS          (10 * FK_NSEC_PER_USEC)
+#define SPIN_NS          (2 * FK_NSEC_PER_USEC)
 #define YIELD_NS_DEFAULT 0
 #define YIELD_NS_MAX     (10 * FK_NSEC_PER_MSEC)
 
