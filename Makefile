@@ -253,6 +253,27 @@ bench-flows: deps
 	@$(MAKE) --no-print-directory $(FLOWS_BENCH)
 	@timeout --kill-after=10 300 $(FLOWS_BENCH)
 
+# ---- verbs backend on Soft-RoCE (flows/fabric/fab_verbs*.c, issue 4) -------
+# tests/integration/test_rdma_verbs.sh (part of `make test`) boots the
+# rdma-vm guest and runs tests/rdma-vm/verbs_suite.sh: the fabric and flows
+# test programs with FLOWKV_FABRIC=verbs, a two-host test across the veth
+# wire, and the verbs work-request counters. `make bench-rdma` runs
+# tests/rdma-vm/verbs_bench.sh there: perftest's ib_write_lat/ib_write_bw
+# between rxe0 and rxe1 against build/tests-aux/verbs_bench (64-byte write
+# ping-pong and stream over the verbs fabric between the same two hosts),
+# and prints `rdma-bench: latency_ratio=... bandwidth_ratio=...`.
+VERBS_BENCH := $(BUILD)/tests-aux/verbs_bench
+$(VERBS_BENCH): $(BUILD)/obj/tests/rdma-vm/verbs_bench.o $(LIB_FLOWS) $(LIB_COMMON)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_FLOWS) $(LIB_COMMON) $(LDLIBS)
+tests: $(VERBS_BENCH)
+
+.PHONY: bench-rdma
+bench-rdma: deps
+	@$(MAKE) --no-print-directory $(VERBS_BENCH)
+	@tests/rdma-vm/vm.sh run -t 540 tests/rdma-vm/verbs_bench.sh $(abspath $(BUILD)) $(or $(RUNS),3)
+
 # ---- fuzzing (tests/fuzz, libFuzzer from clang) ----------------------------
 # Each tests/fuzz/fuzz_*.c is a libFuzzer target over untrusted bytes (wire
 # decoders, replica message handlers), built with clang, ASan and UBSan in

@@ -57,6 +57,10 @@
  * response, so one request is in flight; the second covers a request that
  * arrives while the first buffer is being reposted. */
 #define VB_PEER_RECVS 2
+/* The progress thread sweeps the control CQ and the rdma_cm channel this
+ * often even without an event, so a lost completion notification delays a
+ * control message by at most this much instead of stalling it. */
+#define VB_SWEEP_MS 20
 /* Passive control CQ: every peer's receives and response sends. */
 #define VB_PCQ_ENTRIES 4096
 
@@ -69,6 +73,7 @@ struct vb_mr {
 struct vb_peer {
     struct vb_node *node;
     struct rdma_cm_id *id;
+    struct ibv_qp *qp;
     uint64_t num; /* peer_id handed to the handlers */
     int established;
     struct ibv_mr *mr;
@@ -87,7 +92,7 @@ int fab__verbs_select(const char *want, const char *const *names, const int *act
         used += (size_t)snprintf(found + used, sizeof(found) - used, "%s%s%s", i ? ", " : "",
                                  names[i], active[i] ? "" : " (port down)");
     if (n == 0) {
-        snprintf(msg, cap, "no RDMA device found (rdma_get_devices lists none)");
+        snprintf(msg, cap, "no RDMA device found (ibv_get_device_list lists none)");
         return FK_ENODEV;
     }
     for (int i = 0; i < n; i++) {
@@ -115,33 +120,56 @@ static int port_active(struct ibv_context *ctx)
     return ibv_query_port(ctx, 1, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
 }
 
-/* Lists the devices librdmacm opened; returns their count (0 when none). */
-static int list_devices(struct ibv_context ***devs, const char **names, int *active, int max)
+#define VB_DEVS_MAX 16
+
+/* The devices of this host, each opened by this process. Contexts come
+ * from ibv_open_device, never from librdmacm's rdma_get_devices(): those
+ * are opened once per process and inherited across fork(), and a child
+ * that creates queue pairs on its parent's context gets queue pairs that
+ * never complete anything (seen on rxe with flows' forked test processes).
+ * Each node opens its own context; rdma_cm ids are only matched to it by
+ * device name, and queue pairs are moved through their states with
+ * rdma_init_qp_attr (librdmacm's "QP-less" use, as UCX does). */
+struct vb_devlist {
+    struct ibv_device **list;
+    struct ibv_context *ctx[VB_DEVS_MAX];
+    const char *names[VB_DEVS_MAX];
+    int active[VB_DEVS_MAX];
+    int n;
+};
+
+static void devs_open(struct vb_devlist *d)
 {
     int n = 0;
-    *devs = rdma_get_devices(&n);
-    if (*devs == NULL)
-        return 0;
-    if (n > max)
-        n = max;
-    for (int i = 0; i < n; i++) {
-        names[i] = ibv_get_device_name((*devs)[i]->device);
-        active[i] = port_active((*devs)[i]);
+    memset(d, 0, sizeof(*d));
+    d->list = ibv_get_device_list(&n);
+    for (int i = 0; d->list != NULL && i < n && d->n < VB_DEVS_MAX; i++) {
+        struct ibv_context *ctx = ibv_open_device(d->list[i]);
+        if (ctx == NULL)
+            continue;
+        d->ctx[d->n] = ctx;
+        d->names[d->n] = ibv_get_device_name(d->list[i]);
+        d->active[d->n] = port_active(ctx);
+        d->n++;
     }
-    return n;
 }
 
-#define VB_DEVS_MAX 16
+/* Closes every context but keep (NULL: all). */
+static void devs_close(struct vb_devlist *d, const struct ibv_context *keep)
+{
+    for (int i = 0; i < d->n; i++)
+        if (d->ctx[i] != keep)
+            ibv_close_device(d->ctx[i]);
+    if (d->list != NULL)
+        ibv_free_device_list(d->list);
+}
 
 int fab__verbs_probe(char *why, size_t cap)
 {
-    struct ibv_context **devs;
-    const char *names[VB_DEVS_MAX];
-    int active[VB_DEVS_MAX];
-    int n = list_devices(&devs, names, active, VB_DEVS_MAX);
-    int rc = fab__verbs_select(getenv("FLOWKV_RDMA_DEVICE"), names, active, n, why, cap);
-    if (devs != NULL)
-        rdma_free_devices(devs);
+    struct vb_devlist d;
+    devs_open(&d);
+    int rc = fab__verbs_select(getenv("FLOWKV_RDMA_DEVICE"), d.names, d.active, d.n, why, cap);
+    devs_close(&d, NULL);
     return rc >= 0;
 }
 
@@ -178,49 +206,85 @@ static int find_ipv4_gid(struct ibv_context *ctx, struct in_addr *ip)
     return best;
 }
 
-/* Resolves the device and the IPv4 address of a new node (see the top of
- * this file). Returns 0 or FK_ENODEV / FK_EINVAL after logging why. */
-static int choose_device(struct vb_node *n, const struct fab_config *cfg)
+/* Picks the device index for a node bound to ip (0: not given; then the
+ * named or first active device, and ip becomes its address). Logs why
+ * when there is none. */
+static int pick(struct vb_devlist *d, const char *want, struct in_addr *ip, const char *host)
 {
-    const char *names[VB_DEVS_MAX];
-    int active[VB_DEVS_MAX];
     char msg[384];
-    int nd = list_devices(&n->devs, names, active, VB_DEVS_MAX);
-    const char *want = cfg->device ? cfg->device : getenv("FLOWKV_RDMA_DEVICE");
-    const char *host = cfg->host;
-    int loop = host == NULL || strncmp(host, "127.", 4) == 0;
-    if (!loop && inet_pton(AF_INET, host, &n->ip) != 1)
-        return FK_EINVAL;
-    int idx = fab__verbs_select(loop ? want : NULL, names, active, nd, msg, sizeof(msg));
+    int idx = fab__verbs_select(host ? NULL : want, d->names, d->active, d->n, msg, sizeof(msg));
     if (idx < 0) {
         fk_error("flows", "fabric verbs: %s", msg);
         return idx;
     }
-    if (!loop) { /* the device that owns host, if any */
-        idx = -1;
-        for (int i = 0; i < nd && idx < 0; i++) {
-            struct in_addr a = n->ip;
-            if (active[i] && find_ipv4_gid(n->devs[i], &a) >= 0)
-                idx = i;
-        }
-        if (idx < 0 || (want != NULL && *want != '\0' && strcmp(names[idx], want) != 0)) {
-            if (fab__verbs_select(want, names, active, nd, msg, sizeof(msg)) >= 0)
-                snprintf(msg, sizeof(msg), "it is not on device %s", want);
-            fk_error("flows", "fabric verbs: address %s belongs to no active RDMA device: %s", host,
-                     msg);
-            return FK_ENODEV;
-        }
+    if (host == NULL)
+        return idx;
+    for (int i = 0; i < d->n; i++) { /* the device that owns host */
+        struct in_addr a = *ip;
+        if (d->active[i] && find_ipv4_gid(d->ctx[i], &a) >= 0 &&
+            (want == NULL || *want == '\0' || strcmp(d->names[i], want) == 0))
+            return i;
     }
-    n->ctx = n->devs[idx];
+    fab__verbs_select(NULL, d->names, d->active, d->n, msg, sizeof(msg));
+    fk_error("flows", "fabric verbs: address %s is on no active RDMA device%s%s (devices: %s)",
+             host, want ? " named " : "", want ? want : "", msg);
+    return FK_ENODEV;
+}
+
+/* Resolves the device and the IPv4 address of a new node (see the top of
+ * this file). Returns 0 or FK_ENODEV / FK_EINVAL after logging why. */
+static int choose_device(struct vb_node *n, const struct fab_config *cfg)
+{
+    const char *want = cfg->device ? cfg->device : getenv("FLOWKV_RDMA_DEVICE");
+    const char *host = cfg->host;
+    if (host != NULL && strncmp(host, "127.", 4) == 0)
+        host = NULL; /* loopback: the device's own address */
+    if (host != NULL && inet_pton(AF_INET, host, &n->ip) != 1)
+        return FK_EINVAL;
+    struct vb_devlist d;
+    devs_open(&d);
+    int idx = pick(&d, want, &n->ip, host);
+    n->ctx = idx >= 0 ? d.ctx[idx] : NULL;
+    if (idx >= 0)
+        snprintf(n->dev_name, sizeof(n->dev_name), "%s", d.names[idx]);
+    devs_close(&d, n->ctx);
+    if (idx < 0)
+        return idx;
     n->port = 1;
     n->gid_index = find_ipv4_gid(n->ctx, &n->ip);
     if (n->gid_index < 0) {
         fk_error("flows", "fabric verbs: device %s has no IPv4 (RoCE) GID; set fab_config.host",
-                 names[idx]);
+                 n->dev_name);
         return FK_ENODEV;
     }
     inet_ntop(AF_INET, &n->ip, n->host, sizeof(n->host));
     return 0;
+}
+
+/* Whether an rdma_cm id resolved to the node's device. */
+int fab__verbs_same_device(const struct vb_node *n, const struct rdma_cm_id *id)
+{
+    return id->verbs != NULL && strcmp(ibv_get_device_name(id->verbs->device), n->dev_name) == 0;
+}
+
+/* Moves qp to state with the attributes rdma_cm computed for id, granting
+ * every remote access and rd_atom reads/atomics in flight each way. */
+int fab__verbs_qp_to(const struct vb_node *n, struct rdma_cm_id *id, struct ibv_qp *qp,
+                     enum ibv_qp_state state)
+{
+    struct ibv_qp_attr a = {.qp_state = state};
+    int mask = 0;
+    if (rdma_init_qp_attr(id, &a, &mask) != 0)
+        return -errno;
+    if (mask & IBV_QP_ACCESS_FLAGS)
+        a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+        a.max_dest_rd_atomic = (uint8_t)n->rd_atom;
+    if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+        a.max_rd_atomic = (uint8_t)n->rd_atom;
+    int rc = ibv_modify_qp(qp, &a, mask);
+    return rc != 0 ? -rc : 0;
 }
 
 /* ---- regions ------------------------------------------------------------------------ */
@@ -395,7 +459,7 @@ static int post_peer_recv(struct vb_peer *p, unsigned slot)
 {
     struct ibv_sge sge = {(uint64_t)(uintptr_t)p->buf[slot], VB_MSG_BYTES, p->mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = peer_wrid(p, slot), .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(p->id->qp, &wr, &bad);
+    return ibv_post_recv(p->qp, &wr, &bad);
 }
 
 /* Runs the handler on one request and sends its response (a SEND from the
@@ -427,15 +491,16 @@ static void on_call(struct vb_peer *p, unsigned slot, uint32_t bytes)
                              .opcode = IBV_WR_SEND,
                              .send_flags = IBV_SEND_SIGNALED},
                        *bad;
-    if (ibv_post_send(p->id->qp, &wr, &bad) == 0)
+    if (ibv_post_send(p->qp, &wr, &bad) == 0)
         vb_count(n, VB_C_SEND, 1);
 }
 
-static void drain_pcq(struct vb_node *n)
+static int drain_pcq(struct vb_node *n)
 {
     struct ibv_wc wc[16];
-    int got;
+    int got, total = 0;
     while ((got = ibv_poll_cq(n->pcq, 16, wc)) > 0) {
+        total += got;
         for (int i = 0; i < got; i++) {
             struct vb_peer *p = find_peer(n, wc[i].wr_id >> 4);
             unsigned slot = (unsigned)(wc[i].wr_id & 15);
@@ -445,6 +510,7 @@ static void drain_pcq(struct vb_node *n)
             on_call(p, slot, wc[i].byte_len);
         }
     }
+    return total;
 }
 
 static void on_pcq_event(struct vb_node *n)
@@ -474,8 +540,8 @@ static void peer_free(struct vb_peer *p, int notify)
         if (fn != NULL)
             fn(data, p->num);
     }
-    if (p->id->qp != NULL)
-        rdma_destroy_qp(p->id);
+    if (p->qp != NULL)
+        ibv_destroy_qp(p->qp);
     if (p->mr != NULL)
         ibv_dereg_mr(p->mr);
     rdma_destroy_id(p->id);
@@ -495,7 +561,7 @@ static void on_connect_request(struct vb_node *n, struct rdma_cm_event *ev)
                                           .max_recv_wr = VB_PEER_RECVS,
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1}};
-    if (p == NULL || ev->id->verbs != n->ctx || rdma_create_qp(ev->id, n->pd, &qa) != 0) {
+    if (p == NULL || !fab__verbs_same_device(n, ev->id) || !(p->qp = ibv_create_qp(n->pd, &qa))) {
         free(p);
         rdma_reject(ev->id, NULL, 0);
         rdma_destroy_id(ev->id);
@@ -510,17 +576,18 @@ static void on_connect_request(struct vb_node *n, struct rdma_cm_event *ev)
         n->peers->prev = p;
     n->peers = p;
     p->mr = ibv_reg_mr(n->pd, p->buf, sizeof(p->buf), IBV_ACCESS_LOCAL_WRITE);
-    int ok = p->mr != NULL;
+    int ok = p->mr != NULL && fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_INIT) == 0 &&
+             fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTR) == 0;
     for (unsigned i = 0; ok && i < VB_PEER_RECVS; i++)
         ok = post_peer_recv(p, i) == 0;
-    /* The request event is seen from the passive side: its
-     * responder_resources is the initiator depth the active side asked. */
-    struct rdma_conn_param cp = {.responder_resources = ev->param.conn.responder_resources,
+    struct rdma_conn_param cp = {.responder_resources = (uint8_t)n->rd_atom,
                                  .initiator_depth = 0,
-                                 .rnr_retry_count = 7};
-    if (cp.responder_resources > n->rd_atom)
-        cp.responder_resources = (uint8_t)n->rd_atom;
-    if (!ok || rdma_accept(ev->id, &cp) != 0) {
+                                 .rnr_retry_count = 7,
+                                 .qp_num = p->qp->qp_num};
+    /* RTS right after the accept (the REP is out), before any request can
+     * need a response: the kernel's own rdma_accept does the same. */
+    if (!ok || rdma_accept(ev->id, &cp) != 0 ||
+        fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTS) != 0) {
         rdma_reject(ev->id, NULL, 0);
         peer_free(p, 0);
     }
@@ -560,7 +627,7 @@ static void *progress_main(void *arg)
     struct pollfd pfd[3] = {
         {n->cm_ch->fd, POLLIN, 0}, {n->pch->fd, POLLIN, 0}, {n->stop_fd, POLLIN, 0}};
     for (;;) {
-        int rc = poll(pfd, 3, 100);
+        int rc = poll(pfd, 3, VB_SWEEP_MS);
         if (rc < 0 && errno != EINTR)
             break;
         if (pfd[2].revents)
@@ -568,9 +635,12 @@ static void *progress_main(void *arg)
         if (pfd[1].revents) {
             on_pcq_event(n);
             ring_doorbell(n);
+        } else if (n->peers != NULL && drain_pcq(n) > 0) {
+            /* A completion whose event never came: see VB_SWEEP_MS. */
+            fk_debug("flows", "fabric verbs %s: control message found by the sweep", n->base.addr);
+            ring_doorbell(n);
         }
-        if (pfd[0].revents)
-            on_cm_event(n);
+        on_cm_event(n); /* non-blocking channel: cheap when empty */
     }
     return NULL;
 }
@@ -597,9 +667,9 @@ static int start_listener(struct vb_node *n, uint16_t port)
         fk_error("flows", "fabric verbs: rdma_bind_addr %s:%u: %s", n->host, port, strerror(-err));
         return err;
     }
-    if (n->listen->verbs != n->ctx) {
+    if (!fab__verbs_same_device(n, n->listen)) {
         fk_error("flows", "fabric verbs: %s is bound to another device than %s", n->host,
-                 ibv_get_device_name(n->ctx->device));
+                 n->dev_name);
         return FK_ENODEV;
     }
     if (rdma_listen(n->listen, 128) != 0)
@@ -618,8 +688,7 @@ static int open_device(struct vb_node *n)
         return FK_ENODEV;
     n->rd_atom = (uint32_t)(da.max_qp_rd_atom < 16 ? da.max_qp_rd_atom : 16);
     if (n->rd_atom == 0 || da.atomic_cap == IBV_ATOMIC_NONE) {
-        fk_error("flows", "fabric verbs: device %s has no RDMA READ/atomic support",
-                 ibv_get_device_name(n->ctx->device));
+        fk_error("flows", "fabric verbs: device %s has no RDMA READ/atomic support", n->dev_name);
         return FK_ENODEV;
     }
     /* UD payload limit: the active MTU (256 << (mtu - 1) bytes). */
@@ -651,8 +720,8 @@ static void release(struct vb_node *n)
         fk_warn("flows", "fabric node %s destroyed with a region still registered", n->base.addr);
     if (n->stop_fd > 0)
         close(n->stop_fd);
-    if (n->devs != NULL)
-        rdma_free_devices(n->devs);
+    if (n->ctx != NULL)
+        ibv_close_device(n->ctx);
     free(n);
 }
 
@@ -678,7 +747,7 @@ static int vb_node_create(const struct fab_config *cfg, fab_node **out)
     /* Multicast: rdma_join_multicast on RoCE (tests/rdma-vm/MULTICAST.md). */
     n->base.has_mcast = 1;
     fk_debug("flows", "fabric verbs node %s on %s port %u gid %d, UD MTU %u", n->base.addr,
-             ibv_get_device_name(n->ctx->device), n->port, n->gid_index, n->dgram_max);
+             n->dev_name, n->port, n->gid_index, n->dgram_max);
     *out = &n->base;
     return 0;
 }

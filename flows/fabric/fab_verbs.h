@@ -50,7 +50,7 @@
 #define VB_MSG_HDR   8
 #define VB_MSG_BYTES (VB_MSG_HDR + FAB_MSG_MAX)
 /* Inline data asked of each RC queue pair (rxe and ConnectX allow more; the
- * device's answer from rdma_create_qp is what counts). */
+ * device's answer from ibv_create_qp is what counts). */
 #define VB_INLINE_WANT 256
 /* UDP qkey librdmacm uses for UD ids and multicast groups (RDMA_UDP_QKEY). */
 #define VB_QKEY 0x01234567u
@@ -81,8 +81,8 @@ struct vb_peer;
 
 struct vb_node {
     struct fab_node base;
-    struct ibv_context **devs; /* rdma_get_devices(), freed at destroy */
-    struct ibv_context *ctx;   /* the selected device */
+    struct ibv_context *ctx; /* the selected device, opened by this node */
+    char dev_name[64];
     struct ibv_pd *pd;
     uint8_t port;
     int gid_index;      /* the RoCE GID carrying the node's IPv4 address */
@@ -121,6 +121,15 @@ int fab__verbs_select(const char *want, const char *const *names, const int *act
 /* Whether a usable RDMA device exists (for FAB_BACKEND_AUTO); when not,
  * why is filled (cap bytes). Any thread. */
 int fab__verbs_probe(char *why, size_t cap);
+
+struct rdma_cm_id;
+/* Whether an rdma_cm id resolved to the node's device (by name: the node's
+ * context is its own, not librdmacm's). */
+int fab__verbs_same_device(const struct vb_node *n, const struct rdma_cm_id *id);
+/* Moves qp to state with rdma_init_qp_attr's attributes for id (all remote
+ * access, the node's reads/atomics in flight). Returns 0 or -errno. */
+int fab__verbs_qp_to(const struct vb_node *n, struct rdma_cm_id *id, struct ibv_qp *qp,
+                     enum ibv_qp_state state);
 
 /* The local key of a region (for a work request's scatter/gather entry). */
 uint32_t fab__verbs_lkey(const fab_mr *mr);

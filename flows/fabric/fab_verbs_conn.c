@@ -85,6 +85,7 @@ struct vb_conn {
     struct vb_node *node;
     struct rdma_event_channel *ch;
     struct rdma_cm_id *id;
+    struct ibv_qp *qp; /* created on the node's own context (fab_verbs.c) */
     struct ibv_comp_channel *cch;
     struct ibv_cq *cq;
     struct ibv_mr *bmr;
@@ -145,7 +146,7 @@ static int repost_recv(struct vb_conn *c)
 {
     struct ibv_sge sge = {(uint64_t)(uintptr_t)(c->mem + VB_OFF_CRECV), VB_MSG_BYTES, c->bmr->lkey};
     struct ibv_recv_wr wr = {.wr_id = VB_RECV_WRID, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(c->id->qp, &wr, &bad) == 0 ? 0 : FK_EUNREACHABLE;
+    return ibv_post_recv(c->qp, &wr, &bad) == 0 ? 0 : FK_EUNREACHABLE;
 }
 
 /* Handles the response to a control message. */
@@ -243,8 +244,8 @@ static void check_cm(struct vb_conn *c)
 
 static void conn_release(struct vb_conn *c)
 {
-    if (c->id != NULL && c->id->qp != NULL)
-        rdma_destroy_qp(c->id);
+    if (c->qp != NULL)
+        ibv_destroy_qp(c->qp);
     if (c->cq != NULL)
         ibv_destroy_cq(c->cq);
     if (c->cch != NULL)
@@ -253,6 +254,7 @@ static void conn_release(struct vb_conn *c)
         rdma_destroy_id(c->id);
     if (c->ch != NULL)
         rdma_destroy_event_channel(c->ch);
+    c->qp = NULL;
     c->id = NULL;
     c->ch = NULL;
     c->cq = NULL;
@@ -298,15 +300,16 @@ static int make_qp(struct vb_conn *c)
                                           .max_send_sge = 1,
                                           .max_recv_sge = 1,
                                           .max_inline_data = VB_INLINE_WANT}};
-    if (rdma_create_qp(c->id, n->pd, &qa) != 0) {
+    c->qp = ibv_create_qp(n->pd, &qa);
+    if (c->qp == NULL) {
         qa.cap.max_inline_data = 0;
-        if (rdma_create_qp(c->id, n->pd, &qa) != 0)
-            return -errno;
+        c->qp = ibv_create_qp(n->pd, &qa);
+        if (c->qp == NULL)
+            return errno ? -errno : FK_ENOMEM;
     }
     c->max_inline = qa.cap.max_inline_data;
-    struct ibv_sge sge = {(uint64_t)(uintptr_t)(c->mem + VB_OFF_CRECV), VB_MSG_BYTES, c->bmr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = VB_RECV_WRID, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(c->id->qp, &wr, &bad) == 0 ? 0 : FK_ENOMEM;
+    int rc = fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_INIT);
+    return rc < 0 ? rc : repost_recv(c);
 }
 
 /* One connection attempt. Returns 0, FK_EAGAIN (transient: retry after a
@@ -331,7 +334,7 @@ static int attempt(struct vb_conn *c, const struct sockaddr_in *dst, uint64_t de
         next_event(c, deadline, &st) != RDMA_CM_EVENT_ROUTE_RESOLVED)
         return FK_EAGAIN;
     c->why = "connection request";
-    if (c->id->verbs != n->ctx) {
+    if (!fab__verbs_same_device(n, c->id)) {
         fk_warn("flows", "fabric verbs: peer is reachable only through another device");
         return FK_EUNREACHABLE;
     }
@@ -341,12 +344,20 @@ static int attempt(struct vb_conn *c, const struct sockaddr_in *dst, uint64_t de
     struct rdma_conn_param cp = {.initiator_depth = (uint8_t)n->rd_atom,
                                  .responder_resources = 0,
                                  .retry_count = 7,
-                                 .rnr_retry_count = 7};
+                                 .rnr_retry_count = 7,
+                                 .qp_num = c->qp->qp_num};
     if (rdma_connect(c->id, &cp) != 0)
         return FK_EAGAIN;
     int ev = next_event(c, deadline, &st);
-    if (ev == RDMA_CM_EVENT_ESTABLISHED)
+    if (ev == RDMA_CM_EVENT_CONNECT_RESPONSE) {
+        /* Our QP is not librdmacm's: move it to RTR and RTS, then tell the
+         * passive side (the RTU). */
+        c->why = "queue pair transition";
+        if (fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTR) != 0 ||
+            fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTS) != 0 || rdma_establish(c->id) != 0)
+            return FK_EAGAIN;
         return 0;
+    }
     /* REJECTED: nobody listens on that port (connection refused). */
     return ev == RDMA_CM_EVENT_REJECTED ? FK_EUNREACHABLE : FK_EAGAIN;
 }
@@ -434,7 +445,7 @@ static int flush_batch(struct vb_conn *c)
         c->batch[i].next = &c->batch[i + 1];
     c->batch[c->nbatch - 1].next = NULL;
     struct ibv_send_wr *bad;
-    int rc = ibv_post_send(c->id->qp, c->batch, &bad);
+    int rc = ibv_post_send(c->qp, c->batch, &bad);
     c->nbatch = 0;
     if (rc != 0) {
         enter_error(c, FK_EUNREACHABLE);

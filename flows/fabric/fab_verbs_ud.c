@@ -39,9 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Receives posted per endpoint: 64 datagrams of burst before loss, as a
+/* Receives posted per endpoint: 256 datagrams of burst before loss, as a
  * socket buffer would hold. Sends: 32 in flight, each signaled. */
-#define VB_UD_RECVS 64
+#define VB_UD_RECVS 256
 #define VB_UD_SENDS 32
 /* The GRH area that precedes every UD receive (the IPv4 header of a RoCE
  * v2 packet lies in its last 20 bytes). */

@@ -233,6 +233,7 @@ static void check_counters(fab_node *n)
            "completion=%lu error=%lu dgram_send=%lu dgram_recv=%lu mcast_send=%lu\n",
            fab_node_backend(n), ct.write, ct.write_inline, ct.read, ct.faa, ct.send, ct.recv,
            ct.completion, ct.error, ct.dgram_send, ct.dgram_recv, ct.mcast_send);
+    fflush(stdout);
     if (strcmp(fab_node_backend(n), "verbs") == 0) {
         CHECK(ct.write >= ROUNDS && ct.read > 0 && ct.faa >= FAA_N && ct.send > 0);
         CHECK(ct.dgram_send > 0 && ct.dgram_recv > 0);
@@ -260,7 +261,9 @@ TEST(pair_ring_faa_call_datagrams)
     int echoes, res[2];
     datagrams(n, &e, &echoes);
     xfer(up[0], res, sizeof(res), 0);
-    printf("# datagrams: %d echoed, B got %d; group: %d\n", echoes, res[0], res[1]);
+    printf("# datagrams: %d echoed, B got %d; group datagrams at B: %d (-1: not joined)\n", echoes,
+           res[0], res[1]);
+    fflush(stdout);
     CHECK(echoes > 0 && res[0] > 0);
     CHECK_MSG(res[1] != 0, "B joined the group but received no group datagram");
     xfer(down[1], "x", 1, 1);

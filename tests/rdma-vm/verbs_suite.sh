@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tests/rdma-vm/verbs_suite.sh: the fabric and flows test programs over the
+# verbs backend, inside the rdma-vm guest (vm.sh run; see
+# tests/integration/test_rdma_verbs.sh). Prints one "ok N - ..." line per
+# test of every program (tests/lib.sh format), then the verbs counters.
+#
+#   verbs_suite.sh BUILD_DIR
+#
+# What runs where (hosts as in vm.sh: A = rxe0 on vethA 10.77.0.1, B = rxe1
+# on vethB 10.77.0.2, both in the guest's root network namespace; rxe
+# cannot work in another namespace on this kernel, MULTICAST.md):
+#   1. On host A alone (FLOWKV_RDMA_DEVICE=rxe0): test_fab_verbs,
+#      test_fab_ops and every test_flow_* program with FLOWKV_FABRIC=verbs.
+#      They create nodes on the default address, which the verbs backend
+#      maps to rxe0's 10.77.0.1; rxe loops same-device traffic back
+#      internally.
+#   2. Across the wire: test_fab_verbs_pair with one process on A and one
+#      on B; vethA's transmit counter must grow (RoCE packets on the wire).
+#   3. Every verbs node appends its counters to one file
+#      (FLOWKV_FAB_COUNTERS); the totals are printed and the run fails if
+#      no RDMA WRITE, READ or FETCH_AND_ADD was posted.
+#
+# Guest tweaks, made here and nowhere else:
+#   - The veth MTU is raised to 9000 so rxe's active MTU is 4096 and a UD
+#     datagram can carry FAB_DGRAM_MAX bytes (with 1500 it is 1024).
+#   - Rules at preference 5 send traffic from a host's address to itself
+#     through the local table. guest.sh's preference-10 rules send every
+#     lookup with oif vethA across the wire, which for a destination that
+#     is the device's own address lands on the other rxe device and is
+#     dropped; with these rules rdma_cm resolves the own MAC and rxe loops
+#     the packets back (rxe_net.c, the loopback mask). Cross-host traffic
+#     is untouched (step 2 checks it still crosses the wire).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
+build=${1:?usage: verbs_suite.sh BUILD_DIR}
+[ "${RDMA_VM:-0}" = 1 ] || { echo "verbs_suite.sh: runs only inside the VM" >&2; exit 2; }
+per_prog=${VERBS_PROG_SECS:-150}
+
+setup() {
+    ip link set "$RDMA_IF_A" mtu 9000 && ip link set "$RDMA_IF_B" mtu 9000 &&
+        ip rule add pref 5 from "$RDMA_IP_A" to "$RDMA_IP_A" lookup local &&
+        ip rule add pref 5 from "$RDMA_IP_B" to "$RDMA_IP_B" lookup local
+}
+if setup; then
+    t_ok "guest setup for verbs (MTU 9000, same-host rules)"
+else
+    t_fail "guest setup for verbs" "ip link/rule failed"
+fi
+
+export FLOWKV_FABRIC=verbs FLOWKV_LOG=${FLOWKV_LOG:-warn}
+export FLOWKV_FAB_COUNTERS=$RDMA_OUT/fab-counters.txt
+export CHECK_TIMEOUT=${CHECK_TIMEOUT:-90}
+rm -f "$FLOWKV_FAB_COUNTERS"
+mkdir -p "$RDMA_OUT/logs"
+
+# run_prog LABEL PROG: runs one test program (bounded) and replays each of
+# its "ok"/"not ok" lines as a check named "LABEL: PROG: test".
+run_prog() {
+    local label=$1 prog=$2 name log rc start n=0 line
+    name=$(basename "$prog")
+    log=$RDMA_OUT/logs/$label-$name.log
+    start=$(date +%s)
+    timeout --kill-after=5 "$per_prog" "$prog" >"$log" 2>&1
+    rc=$?
+    while IFS= read -r line; do
+        if [[ $line =~ ^ok\ [0-9]+\ -\ (.*)$ ]]; then
+            t_ok "$label / $name / ${BASH_REMATCH[1]}"
+            n=$((n + 1))
+        elif [[ $line =~ ^not\ ok\ [0-9]+\ -\ (.*)$ ]]; then
+            t_fail "$label / $name / ${BASH_REMATCH[1]%%: *}" "${BASH_REMATCH[1]#*: }"
+            n=$((n + 1))
+        fi
+    done <"$log"
+    echo "# $label: $name exited $rc after $(($(date +%s) - start))s"
+    if [ "$rc" -ne 0 ] && [ "$n" -eq 0 ]; then
+        t_fail "$label / $name" "exited $rc with no result (see $log)"
+        tail -n 20 "$log" | sed 's/^/#   /'
+    elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        t_fail "$label / $name finished" "killed after ${per_prog}s"
+    fi
+}
+
+# 1. One host (rxe0).
+progs=("$build/tests/test_fab_verbs" "$build/tests/test_fab_ops")
+for p in "$build"/tests/test_flow_*; do
+    [ -x "$p" ] && progs+=("$p")
+done
+for p in "${progs[@]}"; do
+    FLOWKV_RDMA_DEVICE=$RDMA_DEV_A run_prog "rxe0" "$p"
+done
+
+# 2. Two hosts across the wire.
+tx() { cat "/sys/class/net/$RDMA_IF_A/statistics/tx_packets"; }
+before=$(tx)
+run_prog "rxe0<->rxe1" "$build/tests/test_fab_verbs_pair"
+sent=$(($(tx) - before))
+if [ "$sent" -ge 400 ]; then
+    t_ok "pair traffic crossed the veth wire ($sent packets sent by $RDMA_IF_A)"
+else
+    t_fail "pair traffic crossed the veth wire" "$RDMA_IF_A sent only $sent packets"
+fi
+
+# 3. Counters of every verbs node that was destroyed cleanly.
+if [ -s "$FLOWKV_FAB_COUNTERS" ]; then
+    totals=$(awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] != "pid" && kv[1] != "addr") s[kv[1]] += kv[2] } }
+        END { printf "nodes=%d", NR; for (k in s) printf " %s=%d", k, s[k]; printf "\n" }' \
+        "$FLOWKV_FAB_COUNTERS")
+else
+    totals="nodes=0"
+fi
+echo "verbs-counters: $totals"
+for op in write read faa; do
+    v=$(tr ' ' '\n' <<<"$totals" | awk -F= -v k="$op" '$1 == k { print $2 }')
+    if [ "${v:-0}" -gt 0 ]; then
+        t_ok "RDMA ${op^^} work requests posted ($v)"
+    else
+        t_fail "RDMA ${op^^} work requests posted" "counter $op is ${v:-0}"
+    fi
+done
+t_done
