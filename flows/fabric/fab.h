@@ -186,7 +186,10 @@ static inline void fab_store64(volatile void *p, uint64_t v)
  * (adaptive waiting). Read it, check memory, then fab_node_wait(seen). */
 uint64_t fab_node_doorbell(fab_node *node);
 /* Spins briefly, then blocks until the doorbell differs from seen or
- * timeout_ns passes. Returns 0 when it changed, FK_ETIMEDOUT. Any thread. */
+ * timeout_ns passes. Returns 0 when it changed, FK_ETIMEDOUT. The verbs
+ * backend, whose remote writes raise no event, may also return 0 early
+ * while it spins, so callers re-check memory after every return. Any
+ * thread. */
 int fab_node_wait(fab_node *node, uint64_t seen, uint64_t timeout_ns);
 
 /* ---- connections and one-sided operations ---------------------------------- */

@@ -21,12 +21,13 @@
  * WRITE_WITH_IMM consumes a receive, and a receive per segment would cost
  * a posted buffer and a completion per write, which is what one-sided
  * writes avoid; DFI section 5.3). So the verbs doorbell is the progress
- * thread's event counter plus a clock that advances every VB_TICK_NS: a
- * waiter spins on memory for a bounded time, then sleeps at most one tick
- * and re-checks. fab.h's waiting protocol (read the doorbell, check memory,
- * wait) already re-checks after every return, so flows/ stays correct; the
- * cost is at most one tick of added latency for a waiter that went to
- * sleep, and at most 1000 wake-ups per second per sleeping thread.
+ * thread's event counter plus a clock that advances every 2^20 ns: a
+ * waiter polls memory for a bounded time (fab_node_wait returns early so
+ * the caller re-checks, see vb_wait), then sleeps at most one tick and
+ * re-checks. fab.h's waiting protocol (read the doorbell, check memory,
+ * wait) re-checks after every return, so flows/ stays correct; the cost is
+ * at most one tick of added latency for a waiter that went to sleep, and
+ * at most 1000 wake-ups per second per sleeping thread.
  */
 #include "fab_verbs.h"
 
@@ -371,18 +372,45 @@ int fab__verbs_spin(unsigned iter)
     return 1;
 }
 
+/* Remote writes raise no event here, so waiting for memory means the
+ * caller polls it. For the first VB_SPIN_NS of a wait (per thread and
+ * doorbell value) fab_node_wait returns 0 after a short pause, as if the
+ * doorbell had moved, so the caller re-checks memory about every
+ * microsecond; until VB_YIELD_NS more it yields first; after that it
+ * sleeps to the next doorbell tick (about 1 ms), unless the progress
+ * thread rings. fab.h's waiting protocol (read the doorbell, check memory,
+ * wait) tolerates such early returns. 100 us covers a round trip on RoCE
+ * (a few us on hardware, 40 to 60 us on rxe under TCG) so a ping-pong
+ * never sleeps; a long wait costs a core about 15% of the time. */
+#define VB_SPIN_NS  (100 * FK_NSEC_PER_USEC)
+#define VB_YIELD_NS (50 * FK_NSEC_PER_USEC)
+
+static __thread uint64_t t_wait_seen, t_wait_since;
+
 static int vb_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
 {
     struct vb_node *n = (struct vb_node *)bn;
-    uint64_t deadline = fk_now_ns() + timeout_ns;
-    for (unsigned i = 0;; i++) {
-        if (vb_doorbell(bn) != seen)
-            return 0;
-        if (fab__verbs_spin(i))
-            break;
+    uint64_t now = fk_now_ns(), deadline = now + timeout_ns;
+    if (vb_doorbell(bn) != seen)
+        return 0;
+    if (seen != t_wait_seen) { /* a new wait: the spin window starts */
+        t_wait_seen = seen;
+        t_wait_since = now;
+    }
+    if (now - t_wait_since < VB_SPIN_NS) {
+        /* A few pauses only: under qemu TCG each one leaves the
+         * translated-code loop, and 64 of them cost more than a round
+         * trip of rxe. */
+        for (int i = 0; i < 4; i++)
+            __builtin_ia32_pause();
+        return 0;
+    }
+    if (now - t_wait_since < VB_SPIN_NS + VB_YIELD_NS) {
+        sched_yield();
+        return 0;
     }
     for (;;) {
-        uint64_t now = fk_now_ns();
+        now = fk_now_ns();
         if (vb_doorbell(bn) != seen)
             return 0;
         if (now >= deadline)
