@@ -385,7 +385,12 @@ int fab__verbs_spin(unsigned iter)
 #define VB_SPIN_NS  (100 * FK_NSEC_PER_USEC)
 #define VB_YIELD_NS (50 * FK_NSEC_PER_USEC)
 
-static __thread uint64_t t_wait_seen, t_wait_since;
+/* A call more than VB_GAP_NS after this thread's previous one starts a new
+ * wait (the doorbell value alone changes only once per tick, and a thread
+ * may wait many times within one). */
+#define VB_GAP_NS (20 * FK_NSEC_PER_USEC)
+
+static __thread uint64_t t_wait_seen, t_wait_since, t_wait_last;
 
 static int vb_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
 {
@@ -393,24 +398,22 @@ static int vb_wait(fab_node *bn, uint64_t seen, uint64_t timeout_ns)
     uint64_t now = fk_now_ns(), deadline = now + timeout_ns;
     if (vb_doorbell(bn) != seen)
         return 0;
-    if (seen != t_wait_seen) { /* a new wait: the spin window starts */
-        t_wait_seen = seen;
+    if (seen != t_wait_seen || now - t_wait_last > VB_GAP_NS) {
+        t_wait_seen = seen; /* a new wait: the spin window starts */
         t_wait_since = now;
     }
-    if (now - t_wait_since < VB_SPIN_NS) {
-        /* A few pauses only: under qemu TCG each one leaves the
-         * translated-code loop, and 64 of them cost more than a round
-         * trip of rxe. */
-        for (int i = 0; i < 4; i++)
-            __builtin_ia32_pause();
-        return 0;
-    }
+    t_wait_last = now;
+    if (now - t_wait_since < VB_SPIN_NS)
+        return 0; /* no pause: under qemu TCG each one leaves the
+                   * translated-code loop, and that costs more than a round
+                   * trip of rxe; the caller's own check paces the loop */
     if (now - t_wait_since < VB_SPIN_NS + VB_YIELD_NS) {
         sched_yield();
         return 0;
     }
     for (;;) {
         now = fk_now_ns();
+        t_wait_last = now; /* a sleep is part of this wait */
         if (vb_doorbell(bn) != seen)
             return 0;
         if (now >= deadline)
