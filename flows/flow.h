@@ -237,7 +237,10 @@ int flow_push(flow_source *s, const void *tuple, size_t size);
  * the declaring node again. */
 int flow_push_to(flow_source *s, int target, const void *tuple, size_t size);
 
-/* Sends partly filled segments now (bandwidth mode). Owner thread. */
+/* Sends partly filled segments now (bandwidth mode), and full segments the
+ * fabric still holds in a batch (bandwidth mode sends several segments per
+ * system call). Until a flush or close, pushed tuples may wait in the
+ * source. Owner thread. */
 int flow_flush(flow_source *s);
 
 /* Ends the flow for this source: flushes, sends end-of-flow to every target

@@ -171,6 +171,7 @@ struct flow__starget {
     uint64_t consumed;  /* segments the target released, as last learned */
     uint64_t *read_buf; /* bandwidth mode: destination of the consumed read (registered) */
     int read_pending;
+    int held;        /* posts with FAB_MORE the fabric may still hold (sent by a poll) */
     uint32_t fill;   /* tuples staged in the current segment */
     uint8_t *stages; /* nseg segments, indexed by sent % nseg: a segment's
                       * buffer is reused only after the target consumed it,

@@ -40,8 +40,9 @@ static int reap(flow_source *s, int k)
     int n;
     /* Nothing can complete: skip the system call (errors of unsignaled
      * writes surface with the next signaled one, once per ring wrap). */
-    if (st->signaled == 0 && !st->read_pending)
+    if (st->signaled == 0 && !st->read_pending && !st->held)
         return 0;
+    st->held = 0; /* fab_poll sends what the fabric batched (fab.h, FAB_MORE) */
     while ((n = fab_poll(st->conn, wc, 8)) > 0) {
         for (int i = 0; i < n; i++) {
             if (wc[i].status < 0) {
@@ -71,15 +72,19 @@ static uint64_t ctrl_addr(const struct flow__starget *st)
     return st->ring.addr; /* consumed counter: first word of the ring */
 }
 
-static int post_consumed_read(flow_source *s, int k)
+/* Posts the read of the consumed counter; more != 0 lets it ride with the
+ * next batch of segments instead of costing a system call of its own. */
+static int post_consumed_read(flow_source *s, int k, unsigned more)
 {
     struct flow__starget *st = &s->t[k];
     if (st->read_pending)
         return 0;
     int rc = fab_post_read(st->conn, s->mr, st->read_buf, 8, ctrl_addr(st), st->ring.key,
-                           COOKIE_READ, 0);
-    if (rc == 0)
+                           COOKIE_READ, more);
+    if (rc == 0) {
         st->read_pending = 1;
+        st->held |= more != 0;
+    }
     return rc;
 }
 
@@ -101,14 +106,25 @@ static int wait_space(flow_source *s, int k)
 {
     struct flow__starget *st = &s->t[k];
     uint64_t deadline = 0;
+    int bw = s->desc.opts.mode == FLOW_BANDWIDTH;
+    /* Bandwidth mode is lazy (DFI section 5.3): while the ring has room by
+     * what the source last learned, no system call at all; the read of the
+     * consumed counter is posted once half the ring is in flight, riding
+     * with the batched segments, and its answer is polled only when the
+     * ring looks full. */
+    if (bw && st->sent - st->consumed < s->geom.nseg) {
+        if (st->sent - st->consumed >= s->geom.nseg / 2)
+            post_consumed_read(s, k, FAB_MORE);
+        return 0;
+    }
     for (;;) {
         int rc = reap(s, k);
         if (rc < 0)
             return rc;
         refresh_consumed(s, k);
         uint64_t inflight = st->sent - st->consumed;
-        if (s->desc.opts.mode == FLOW_BANDWIDTH && inflight >= s->geom.nseg / 2)
-            post_consumed_read(s, k);
+        if (bw && inflight >= s->geom.nseg / 2)
+            post_consumed_read(s, k, 0);
         if (inflight < s->geom.nseg)
             return 0;
         uint64_t now = fk_now_ns();
@@ -119,7 +135,7 @@ static int wait_space(flow_source *s, int k)
         if (s->desc.opts.mode == FLOW_BANDWIDTH) {
             fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
             if (!st->read_pending)
-                post_consumed_read(s, k);
+                post_consumed_read(s, k, 0);
         } else {
             uint64_t bell = fab_node_doorbell(flow__fab(s->node));
             refresh_consumed(s, k);
@@ -155,16 +171,28 @@ static int send_segment(flow_source *s, int k, uint8_t *stage, uint32_t fill, ui
     }
     uint32_t bytes = fill * s->desc.schema.tuple_size;
     if (fill == s->geom.tuples_per_seg) {
-        rc = fab_post_write(st->conn, s->mr, stage, s->geom.seg_stride, at, st->ring.key, cookie,
-                            sig);
+        /* Bandwidth mode: a full segment may wait in the fabric's batch
+         * (FAB_MORE) for the next ones, so several segments share one
+         * system call; flow_flush, close and any wait for the target send
+         * it. The stage stays untouched until the target consumed it, as
+         * zero-copy posting requires (fab.h). */
+        unsigned more =
+            s->desc.opts.mode == FLOW_BANDWIDTH && !s->desc.opts.ordered && !(flags & FOOT_END)
+                ? FAB_MORE
+                : 0;
+        rc = fab_post_write(st->conn, st->stage_mr, stage, s->geom.seg_stride, at, st->ring.key,
+                            cookie, sig | more);
+        st->held |= more != 0;
     } else {
         /* Partial segment: payload, then the footer after it, as one batch. */
-        rc = bytes
-                 ? fab_post_write(st->conn, s->mr, stage, bytes, at, st->ring.key, cookie, FAB_MORE)
-                 : 0;
+        rc = bytes ? fab_post_write(st->conn, st->stage_mr, stage, bytes, at, st->ring.key, cookie,
+                                    FAB_MORE)
+                   : 0;
         if (rc == 0)
-            rc = fab_post_write(st->conn, s->mr, f, FLOW__FOOTER_BYTES, at + s->geom.seg_payload,
-                                st->ring.key, cookie, sig);
+            rc = fab_post_write(st->conn, st->stage_mr, f, FLOW__FOOTER_BYTES,
+                                at + s->geom.seg_payload, st->ring.key, cookie, sig);
+        if (rc == 0)
+            st->held = 0;
     }
     if (rc < 0) {
         st->state = 2;
@@ -311,6 +339,7 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     st->fill = 0;
     st->signaled = 0;
     st->read_pending = 0;
+    st->held = 0;
     fab_store64(&s->credits[k], 0);
     st->state = 1;
     return 0;
@@ -360,6 +389,8 @@ static int route(flow_source *s, const void *tuple)
         int k = s->route(tuple, n, s->route_data);
         return k >= 0 && k < n ? k : FK_EINVAL;
     }
+    if (n == 1) /* one target: every key hashes to it (no per-tuple XXH64) */
+        return s->t[0].state == 1 ? 0 : FK_ECLOSED;
     const struct flow_schema *sc = &s->desc.schema;
     const uint8_t *key = (const uint8_t *)tuple + sc->cols[sc->key].offset;
     uint64_t h = XXH64(key, sc->cols[sc->key].size, 0);
@@ -493,12 +524,17 @@ int flow_flush(flow_source *s)
         return FK_EWRONG_THREAD;
     if (s->mc != NULL)
         return 0; /* every multicast tuple leaves at once */
-    if (s->desc.opts.kind == FLOW_REPLICATE)
-        return s->rfill > 0 ? replicate_seal(s, 0) : 0;
     int rc = 0;
+    if (s->desc.opts.kind == FLOW_REPLICATE && s->rfill > 0)
+        rc = replicate_seal(s, 0);
     for (uint32_t k = 0; k < s->desc.ntargets; k++) {
         struct flow__starget *st = &s->t[k];
-        if (st->state != 1 || st->fill == 0)
+        if (st->state == 1 && st->fill == 0 && st->held) {
+            int r = reap(s, (int)k); /* sends the full segments the fabric holds */
+            if (r < 0 && rc == 0)
+                rc = r;
+        }
+        if (st->state != 1 || st->fill == 0 || s->desc.opts.kind == FLOW_REPLICATE)
             continue;
         uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
         uint32_t fill = st->fill;

@@ -104,7 +104,10 @@ struct fab_wc {
 
 /* Post flags. */
 #define FAB_SIGNALED 1u /* produce a completion on success too */
-#define FAB_MORE     2u /* more posts follow at once: the backend may batch (a WR list) */
+/* More posts follow: the backend may batch (a WR list) and hold the post
+ * until the next post without FAB_MORE or the next fab_poll, fab_conn_wait
+ * or fab_call on the connection, which send what is held. */
+#define FAB_MORE 2u
 
 /* A remote region as the passive side describes it to the active side. */
 struct fab_rkey {
@@ -205,12 +208,13 @@ void fab_conn_close(fab_conn *conn);
 
 /* One-sided write of len bytes from local to the peer's region at raddr.
  * lmr is the caller's registered region that holds local (verbs needs its
- * lkey; NULL lets the backend copy through its own registered bounce buffer,
- * which the tcp backend always does). The tcp backend copies local before
- * returning; a backend with zero-copy sends owns local until the next
- * signaled completion on this connection, so callers reuse a buffer only
- * after a signaled completion that follows it (DFI's one completion check
- * per ring wrap).
+ * lkey; NULL lets the backend copy through its own registered bounce buffer).
+ * With lmr NULL the tcp backend copies local before returning; with lmr
+ * given and FAB_MORE it may send local in place later (zero copy). A
+ * backend with zero-copy sends owns local until the next signaled
+ * completion on this connection, so callers reuse a buffer only after a
+ * signaled completion that follows it (DFI's one completion check per ring
+ * wrap).
  * Errors: FK_EAGAIN (FAB_CONN_DEPTH signaled ops outstanding: poll first),
  * FK_EPOISONED (connection in error), FK_EUNREACHABLE (peer gone), FK_EINVAL.
  * Owner thread. */

@@ -34,6 +34,14 @@ struct pending {
     uint32_t op;
 };
 
+/* A FAB_MORE batch is sent once it would pass BATCH_BYTES or BATCH_IOV
+ * pieces: 64 KiB is what a raw TCP stream writes per call, and on the
+ * development VM a system call costs as much as copying several KiB, so
+ * bandwidth-mode segments (8 KiB) go out seven to a sendmsg. Each post adds
+ * at most two pieces (header, payload). */
+#define BATCH_BYTES (64 * 1024)
+#define BATCH_IOV   64
+
 /* Completions parsed while fab_call waited: at most every signaled op. */
 #define STASH_MAX (FAB_CONN_DEPTH + 1)
 
@@ -46,7 +54,14 @@ struct tcp_conn {
     unsigned head, count;
     struct fab_wc stash[STASH_MAX];
     unsigned stash_head, stash_count;
-    size_t sbuf_len; /* FAB_MORE batch */
+    /* The FAB_MORE batch: one sendmsg for many posts. Headers and payloads
+     * of unregistered memory are copied into sbuf; payloads in a registered
+     * region (lmr given) are referenced in place (zero copy, fab.h), so a
+     * batch of full bandwidth-mode segments costs no copy in user space. */
+    struct iovec biov[BATCH_IOV];
+    int biov_n;
+    size_t bbytes;   /* bytes in the batch */
+    size_t sbuf_len; /* bytes of sbuf the batch uses */
     uint8_t sbuf[16 * 1024];
     size_t rlen;
     uint8_t rbuf[FAB__TCP_IN_CAP];
@@ -134,47 +149,66 @@ static int send_all(struct tcp_conn *c, struct iovec *iov, int iovcnt)
 
 static int flush_batch(struct tcp_conn *c)
 {
-    if (c->sbuf_len == 0)
+    if (c->biov_n == 0)
         return 0;
-    struct iovec iov = {c->sbuf, c->sbuf_len};
+    int n = c->biov_n;
+    c->biov_n = 0;
+    c->bbytes = 0;
     c->sbuf_len = 0;
-    return send_all(c, &iov, 1);
+    return send_all(c, c->biov, n);
 }
 
-/* Sends header + payload now, or appends them to the FAB_MORE batch. */
-static int transmit(struct tcp_conn *c, const struct fab__tcp_msg *m, const void *data, size_t len,
-                    unsigned flags)
+/* Appends n bytes to the batch, copied into sbuf (the caller checked the
+ * room) or referenced in place. */
+static void batch_add(struct tcp_conn *c, const void *p, size_t n, int copy)
 {
-    size_t total = sizeof(*m) + len;
-    if ((flags & FAB_MORE) && c->sbuf_len + total <= sizeof(c->sbuf)) {
-        memcpy(c->sbuf + c->sbuf_len, m, sizeof(*m));
-        if (len > 0)
-            memcpy(c->sbuf + c->sbuf_len + sizeof(*m), data, len);
-        c->sbuf_len += total;
-        return 0;
+    if (n == 0)
+        return;
+    struct iovec *last = c->biov_n > 0 ? &c->biov[c->biov_n - 1] : NULL;
+    if (copy) {
+        uint8_t *dst = c->sbuf + c->sbuf_len;
+        memcpy(dst, p, n);
+        c->sbuf_len += n;
+        if (last != NULL && (uint8_t *)last->iov_base + last->iov_len == dst) {
+            last->iov_len += n; /* contiguous with the previous copy */
+            c->bbytes += n;
+            return;
+        }
+        p = dst;
     }
-    if (c->sbuf_len + total <= sizeof(c->sbuf) && c->sbuf_len > 0) {
-        memcpy(c->sbuf + c->sbuf_len, m, sizeof(*m));
-        if (len > 0)
-            memcpy(c->sbuf + c->sbuf_len + sizeof(*m), data, len);
-        c->sbuf_len += total;
+    assert(c->biov_n < BATCH_IOV);
+    c->biov[c->biov_n++] = (struct iovec){(void *)(uintptr_t)p, n};
+    c->bbytes += n;
+}
+
+/* Sends header + payload now (with whatever is batched, in one sendmsg), or
+ * appends them to the FAB_MORE batch. A payload is referenced instead of
+ * copied when it is sent before we return (no FAB_MORE) or lies in a
+ * registered region (zero copy: the caller keeps it until a later signaled
+ * completion, fab.h), or when it is too large for sbuf (then sent now). */
+static int transmit(struct tcp_conn *c, const struct fab__tcp_msg *m, const void *data, size_t len,
+                    unsigned flags, int registered)
+{
+    int more = (flags & FAB_MORE) != 0;
+    int ref = !more || registered || len > sizeof(c->sbuf) - sizeof(*m);
+    size_t copy = sizeof(*m) + (ref ? 0 : len);
+    if (c->sbuf_len + copy > sizeof(c->sbuf) || c->biov_n + 2 > BATCH_IOV ||
+        (more && c->bbytes + sizeof(*m) + len > BATCH_BYTES)) {
+        int rc = flush_batch(c);
+        if (rc < 0)
+            return rc;
+    }
+    batch_add(c, m, sizeof(*m), 1);
+    batch_add(c, data, len, !ref);
+    if (!more || (ref && !registered))
         return flush_batch(c);
-    }
-    int rc = flush_batch(c);
-    if (rc < 0)
-        return rc;
-    struct iovec iov[2] = {{(void *)(uintptr_t)m, sizeof(*m)}, {(void *)(uintptr_t)data, len}};
-    rc = send_all(c, iov, len > 0 ? 2 : 1);
-    if (rc == 0 && (flags & FAB_MORE))
-        return 0;
-    return rc;
+    return 0;
 }
 
 int fab__tcp_post(fab_conn *bc, fab_mr *lmr, uint32_t op, void *local, size_t len, uint64_t raddr,
                   uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags)
 {
     struct tcp_conn *c = (struct tcp_conn *)bc;
-    (void)lmr; /* sockets copy from any memory */
     if (c->poisoned)
         return FK_EPOISONED;
     if (c->dead)
@@ -195,7 +229,7 @@ int fab__tcp_post(fab_conn *bc, fab_mr *lmr, uint32_t op, void *local, size_t le
         payload = local;
         plen = len;
     }
-    int rc = transmit(c, &m, payload, plen, flags);
+    int rc = transmit(c, &m, payload, plen, flags, lmr != NULL);
     if (rc < 0)
         return rc;
     if (signaled) {
@@ -212,7 +246,7 @@ static int fill_rbuf(struct tcp_conn *c)
 {
     if (c->dead)
         return FK_EUNREACHABLE;
-    if (c->sbuf_len > 0 && flush_batch(c) < 0)
+    if (c->biov_n > 0 && flush_batch(c) < 0)
         return FK_EUNREACHABLE;
     ssize_t n = recv(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen, MSG_DONTWAIT);
     if (n > 0) {
@@ -334,7 +368,7 @@ int fab__tcp_call(fab_conn *bc, const void *req, size_t len, void *resp, size_t 
     if (c->poisoned)
         return FK_EPOISONED;
     struct fab__tcp_msg m = {.op = FAB_OP_CALL, .len = (uint32_t)len};
-    int rc = transmit(c, &m, req, len, 0);
+    int rc = transmit(c, &m, req, len, 0, 0);
     if (rc < 0)
         return rc;
     uint64_t deadline = fk_now_ns() + timeout_ns;
