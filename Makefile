@@ -271,7 +271,7 @@ tests: $(VERBS_BENCH)
 
 .PHONY: bench-rdma
 bench-rdma: deps
-	@$(MAKE) --no-print-directory $(VERBS_BENCH)
+	@$(MAKE) --no-print-directory $(VERBS_BENCH) $(FLOWS_BENCH)
 	@tests/rdma-vm/vm.sh run -t 540 tests/rdma-vm/verbs_bench.sh $(abspath $(BUILD)) $(or $(RUNS),3)
 
 # ---- fuzzing (tests/fuzz, libFuzzer from clang) ----------------------------

@@ -10,9 +10,10 @@
 # then prints
 #   rdma-bench: latency_ratio=<fabric RTT / ib_write_lat RTT> bandwidth_ratio=<fabric B/s / ib_write_bw B/s>
 # ib_write_lat reports half a round trip (t_typical), so its RTT is twice
-# that. The flows benchmark (flows/bench) is not used: it runs both of its
-# processes on one node address and compares with raw TCP; this one runs
-# the fabric operations flows is made of, host to host.
+# that. The flows benchmark (flows/bench) cannot give these ratios: it runs
+# both of its processes on one node address and compares with raw TCP; it
+# is run too, on host A, and its table printed for information. The ratios
+# come from the fabric operations flows is made of, host to host.
 #
 #   verbs_bench.sh BUILD_DIR [RUNS]
 set -u
@@ -55,5 +56,17 @@ fbw=$(printf '%s\n' "${bws[@]}" | median)
 echo "fabric over verbs: rtt_us=$rtt (runs: ${rtts[*]}) bw_64B_MBps=$fbw (runs: ${bws[*]})"
 echo "perftest: ib_write_lat t_typical_us=$lat (RTT $(awk -v l="$lat" 'BEGIN { print 2 * l }') us)" \
     "ib_write_bw_64B_MBps=$bw"
+# The flows benchmark over verbs, for information: it runs its two
+# processes on one node address, so on host A alone (rxe0 loops the
+# traffic back; the preference-5 rule is verbs_suite.sh's) and against raw
+# TCP, not against perftest.
+fb=$build/bin/flows-bench
+if [ -x "$fb" ]; then
+    ip link set "$RDMA_IF_A" mtu 9000 2>/dev/null
+    ip rule add pref 5 from "$RDMA_IP_A" to "$RDMA_IP_A" lookup local 2>/dev/null
+    echo "flows-bench over verbs on host A (rxe0), for information:"
+    FLOWKV_RDMA_DEVICE=$RDMA_DEV_A timeout --kill-after=5 200 "$fb" 2>&1 | grep -v ' W flows' |
+        sed 's/^/  /'
+fi
 awk -v r="$rtt" -v l="$lat" -v f="$fbw" -v b="$bw" 'BEGIN {
     printf "rdma-bench: latency_ratio=%.2f bandwidth_ratio=%.2f\n", r / (2 * l), f / b }'
