@@ -58,7 +58,8 @@ static int alloc_all(struct nop *r)
     /* Not zeroed: only slots below log_len are ever read, and pages that
      * are never written stay unmapped. */
     r->log = malloc((size_t)c->log_cap * sizeof *r->log);
-    r->exec_sig = malloc((size_t)c->log_cap * sizeof *r->exec_sig);
+    /* Zeroed: nop_restore_entry marks restored slots here (nop_disk.c). */
+    r->exec_sig = calloc(c->log_cap, sizeof *r->exec_sig);
     r->oum = calloc(NOP_OUM_BUF, sizeof *r->oum);
     size_t whole = whole_bytes(c);
     size_t arena = c->arena_bytes;
@@ -632,15 +633,20 @@ int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons
 {
     cons_outbox_reset(&r->ob);
     *out = &r->ob;
-    if (r->started || (mode != NOP_START_FRESH && mode != NOP_START_EMPTY))
+    if (r->started ||
+        (mode != NOP_START_FRESH && mode != NOP_START_EMPTY && mode != NOP_START_RESTORED) ||
+        (mode == NOP_START_RESTORED && !r->meta_seen))
         return FK_EINVAL;
     r->started = 1;
     r->now = r->last_heard = now;
     if (mode == NOP_START_FRESH)
         r->status = NOP_NORMAL;
+    else if (mode == NOP_START_RESTORED)
+        nop__start_restored(r);
     else
         nop__recover_start(r);
-    return 0;
+    nop__persist(r);
+    return r->poisoned ? FK_EPOISONED : 0;
 }
 
 int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out)
@@ -672,10 +678,18 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
             on_replica_msg(r, &m);
         }
         break;
+    case CONS_IN_PERSISTED:
+        /* Nothing waits for durability (nop_disk.c); only check the cookie. */
+        if (in->cookie > r->next_cookie)
+            return FK_EINVAL;
+        if (in->cookie > r->durable)
+            r->durable = in->cookie;
+        break;
     default:
-        return FK_EINVAL; /* diskless: nothing is ever persisted */
+        return FK_EINVAL;
     }
     maybe_checkpoint(r);
+    nop__persist(r);
     return r->poisoned ? FK_EPOISONED : 0;
 }
 
@@ -683,6 +697,7 @@ void nop_invariants(const struct nop *r)
 {
     assert(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
     assert(r->snap <= r->executed && r->cp_len > 0);
+    assert(r->durable <= r->next_cookie && r->pers_snap <= r->pers_upto);
     assert(r->status == NOP_RECOVERING || (r->snap <= r->commit && r->commit <= r->log_len));
     assert(r->synced <= r->log_len || r->status != NOP_NORMAL);
     assert(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));

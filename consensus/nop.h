@@ -46,9 +46,19 @@
  *    re-executes.
  *
  * Limits of this implementation (documented, not hidden):
- *  - Replicas are diskless, as in the paper: state survives f crashes by
- *    replication; a restarted replica always recovers from the others
- *    (NOP_START_EMPTY). No persist requests are ever emitted.
+ *  - Persistence is an optimisation, not a safety mechanism (the paper's
+ *    replicas are diskless and so is its correctness argument, section
+ *    5.3.2): the core persists its checkpoint (SNAPSHOT), COMMITTED log
+ *    entries only (ENTRY, each written once its slot is committed, so
+ *    every entry on disk is final and identical on every replica) and its
+ *    view metadata (META: view, last normal view, session start, persisted
+ *    prefix). No acknowledgement waits for CONS_IN_PERSISTED: nothing a
+ *    replica promised depends on its disk, because a restarted replica
+ *    (NOP_START_RESTORED) always runs the recovery protocol before it acts
+ *    again; its disk only spares the transfer of the checkpoint: its
+ *    RECOVERY carries its restored committed prefix and the leader answers
+ *    with the log after it, without a checkpoint, when that prefix covers
+ *    the leader's checkpoint (nop_disk.c explains why that is safe).
  *  - A checkpoint travels whole in one message, and view change messages
  *    carry up to a ring of entries: log_cap * CONS_WIRE_OP_MAX plus a
  *    checkpoint must fit CONS_MSG_MAX (checked at create).
@@ -69,8 +79,9 @@
 
 /* Test-only planted bugs, so the simulator proves its checkers can fail. */
 enum nop_bug {
-    NOP_BUG_NO_GAP_AGREEMENT = 1u << 0, /* a follower NO-OPs a dropped slot on its own */
-    NOP_BUG_FOLLOWER_EXEC = 1u << 1,    /* followers execute uncommitted entries */
+    NOP_BUG_NO_GAP_AGREEMENT = 1u << 0,    /* a follower NO-OPs a dropped slot on its own */
+    NOP_BUG_FOLLOWER_EXEC = 1u << 1,       /* followers execute uncommitted entries */
+    NOP_BUG_RESTORE_NO_RECOVERY = 1u << 2, /* a restored replica resumes its persisted view */
 };
 
 struct nop_config {
@@ -86,7 +97,7 @@ struct nop_config {
 };
 
 enum nop_status { NOP_NORMAL = 1, NOP_VIEWCHANGE = 2, NOP_RECOVERING = 3 };
-enum nop_start_mode { NOP_START_FRESH = 1, NOP_START_EMPTY = 3 };
+enum nop_start_mode { NOP_START_FRESH = 1, NOP_START_RESTORED = 2, NOP_START_EMPTY = 3 };
 
 /* A view: leader number (leader = leader_num % n) and session number. */
 struct nop_view {
@@ -109,11 +120,27 @@ struct nop;
  * config, or the empty state does not fit snapshot_max) or FK_ENOMEM. */
 struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err);
 void nop_destroy(struct nop *r);
-/* FRESH: a member of a new group. EMPTY: a restart; recovers first.
- * FK_EINVAL when started twice. */
+/* Restore persisted records (the bytes of persist items of that kind, as
+ * the core emitted them; borrowed for the call) before
+ * nop_start(NOP_START_RESTORED): META first, then the SNAPSHOT if the disk
+ * holds one, then ENTRY records in any order (those inside the snapshot
+ * are ignored). Returns 0, FK_EMALFORMED (bad bytes, or a record of
+ * another group or replica), FK_EINVAL (called after start; an entry
+ * beyond the ring after the snapshot), FK_EFULL (a snapshot over the
+ * configured capacity). After any error the handle must be destroyed:
+ * restart EMPTY with a wiped disk instead. Owner thread only. */
+int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len);
+int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len);
+int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len);
+/* FRESH: a member of a new group. RESTORED: a restart from the records
+ * given to nop_restore_*; rebuilds its committed prefix, then recovers.
+ * EMPTY: a restart with a wiped disk; recovers first. FK_EINVAL when
+ * started twice, or RESTORED without a META record. */
 int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons_outbox **out);
 /* Feeds one input (cons.h). Returns 0, FK_EMALFORMED (message ignored),
- * FK_EINVAL (misuse), FK_EPOISONED (state machine failure). */
+ * FK_EINVAL (misuse: not started, unknown input, a persisted cookie never
+ * issued), FK_EPOISONED (state machine failure, or a persist item that did
+ * not fit the outbox array). */
 int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out);
 /* Asserts internal invariants (aborts on violation). */
 void nop_invariants(const struct nop *r);

@@ -25,9 +25,10 @@ enum nop_type {
     NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, u64 commit,
                                checkpoint, log after it */
     NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, checkpoint, log after it */
-    NOP_RECOVERY = 13,      /* u64 nonce */
+    NOP_RECOVERY = 13,      /* u64 nonce, u64 have, u64 snap (restored committed prefix) */
     NOP_RECOVERY_REP = 14,  /* term = view; u64 nonce, u8 leader, u64 sess_start, u64 commit,
-                               checkpoint and log after it when leader (else empty) */
+                               when leader: checkpoint and the log after it, or no checkpoint
+                               and the log after the requester's `have` (else empty) */
     NOP_STATE = 15, /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
     NOP__TYPES
 };
@@ -102,6 +103,21 @@ struct nop {
     struct nop_view rec_view, rec_leader_view;
     int rec_have_leader;
     uint64_t rec_commit;
+    /* Recovery from a restored disk (nop_disk.c): the committed prefix
+     * (checkpoint at snap, executed up to rec_base) is still in place while
+     * rec_base_ok; replies older than rec_floor (the persisted last normal
+     * view) are ignored. */
+    uint64_t rec_base;
+    int rec_base_ok;
+    struct nop_view rec_floor;
+
+    /* Persistence (nop_disk.c): cookies issued and reported durable; what
+     * the disk was asked to hold: the checkpoint at pers_snap, committed
+     * entries up to pers_upto, and the metadata last written. */
+    uint64_t next_cookie, durable;
+    uint64_t pers_snap, pers_upto;
+    uint64_t pers_meta[4]; /* view, last_normal, sess_start, pers_upto as last written */
+    int pers_meta_ok, meta_seen;
 
     struct cons_reply reply;
     struct cons_op scratch_op;
@@ -172,6 +188,13 @@ int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index,
 int nop__fits(const struct nop *r, uint64_t slot);
 void nop__drain(struct nop *r);
 uint64_t nop__entry_hash(const struct nop_entry *e);
+
+/* nop_disk.c */
+/* Queues persist items for what changed (never while recovering). */
+void nop__persist(struct nop *r);
+/* NOP_START_RESTORED: rebuilds the committed prefix from the restored
+ * records, then recovers (or, with the planted bug, does not). */
+void nop__start_restored(struct nop *r);
 
 /* nop_view.c */
 void nop__start_view_change(struct nop *r, struct nop_view v);

@@ -68,9 +68,13 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
     case NOP_GAP_COMMIT:
     case NOP_GAP_COMMIT_REP:
     case NOP_SYNC_REP:
-    case NOP_RECOVERY:
         m->u1 = cons_r_u64(r);
         return 0;
+    case NOP_RECOVERY:
+        m->u1 = cons_r_u64(r); /* nonce */
+        m->u2 = cons_r_u64(r); /* have: restored committed prefix, 0 for none */
+        m->u3 = cons_r_u64(r); /* the requester's checkpoint index */
+        return m->u3 > m->u2 ? FK_EMALFORMED : 0;
     case NOP_VC_REQ:
         return 0;
     case NOP_GAP_RECV:
@@ -97,7 +101,7 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
         m->u2 = cons_r_u64(r);
         m->u3 = cons_r_u64(r);
         if (m->flag > 1 || take_cp(r, m) < 0 || take_segment(r, m) < 0 ||
-            (m->flag && m->lo != m->cp_index + 1))
+            (m->flag && m->cp_len && m->lo != m->cp_index + 1))
             return FK_EMALFORMED;
         return 0;
     default:

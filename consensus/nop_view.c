@@ -228,6 +228,11 @@ void nop__recover_start(struct nop *r)
     r->rec_have_leader = 0;
     memset(&r->rec_view, 0, sizeof r->rec_view);
     r->rec_next = r->now;
+    /* What this replica holds is committed state (empty, or restored from
+     * its disk, nop_disk.c): a leader may send only what comes after it. */
+    r->rec_base = r->executed;
+    r->rec_base_ok = 1;
+    assert(r->executed == r->log_len);
     nop__recover_tick(r);
 }
 
@@ -242,11 +247,24 @@ void nop__recover_tick(struct nop *r)
         struct cons_wbuf w;
         nop__begin(r, &w, NOP_RECOVERY, 0);
         cons_w_u64(&w, r->nonce);
+        cons_w_u64(&w, r->rec_base_ok ? r->rec_base : 0);
+        cons_w_u64(&w, r->rec_base_ok ? r->snap : 0);
         nop__send(r, &w, cons_replica(p));
     }
 }
 
-/* Only a replica in normal status answers; the leader adds its log. */
+/* Whether the requester's committed prefix `have` (checkpoint at rsnap)
+ * can be joined with this leader's log after it: the leader holds the
+ * slots after have, and its log fits the requester's ring. */
+static int joinable(const struct nop *r, uint64_t have, uint64_t rsnap)
+{
+    return have >= 1 && have >= r->snap && have <= r->log_len && rsnap <= have &&
+           r->log_len <= rsnap + r->cfg.log_cap;
+}
+
+/* Only a replica in normal status answers; the leader adds its log, and
+ * its checkpoint unless the requester's restored prefix makes it useless
+ * (nop_disk.c argues why that is safe). */
 void nop__on_recovery(struct nop *r, const struct nop_msg *m)
 {
     if (r->status != NOP_NORMAL)
@@ -258,7 +276,10 @@ void nop__on_recovery(struct nop *r, const struct nop_msg *m)
     cons_w_u8(&w, (uint8_t)leader);
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    if (leader) {
+    if (leader && joinable(r, m->u2, m->u3)) {
+        cons_w_u32(&w, 0);
+        nop__put_segment(r, &w, m->u2 + 1, r->log_len);
+    } else if (leader) {
         nop__put_checkpoint(r, &w);
         nop__put_segment(r, &w, r->snap + 1, r->log_len);
     } else {
@@ -268,30 +289,46 @@ void nop__on_recovery(struct nop *r, const struct nop_msg *m)
     nop__send(r, &w, cons_replica(m->from));
 }
 
+/* The leader's log replaces whatever a previous (older) leader reply gave:
+ * with its checkpoint, everything; without one, the log after this
+ * replica's committed prefix, which must still be in place. */
+static int take_leader_log(struct nop *r, const struct nop_msg *m)
+{
+    struct cons_rbuf rd = m->ents;
+    if (m->cp_len) {
+        if (nop__install(r, m->cp, m->cp_len, m->cp_index, 0) < 0)
+            return FK_EPOISONED;
+        r->rec_base_ok = 0; /* later requests ask for everything */
+    } else {
+        if (!r->rec_base_ok || m->lo != r->rec_base + 1 ||
+            r->rec_base + m->nents > r->snap + r->cfg.log_cap)
+            return FK_EPROTO; /* cannot be joined: wait for a whole log */
+        assert(r->executed == r->rec_base);
+        r->log_len = r->rec_base;
+    }
+    for (uint32_t i = 0; i < m->nents; i++)
+        nop__entry_next(&rd, nop__ent(r, ++r->log_len));
+    return 0;
+}
+
 /* Rejoins once f+1 replicas answered and the leader of the newest view
  * among them sent its log: that log holds every operation a client may
  * have seen complete, so forgetting this replica's own lost log is safe. */
 void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m)
 {
     struct nop_view v = nop__unpack(m->term);
-    if (m->u1 != r->nonce)
-        return;
+    if (m->u1 != r->nonce || nop__view_cmp(v, r->rec_floor) < 0)
+        return; /* another request's, or older than a view this replica was normal in */
     r->rec_from |= 1ull << m->from;
     if (nop__view_cmp(v, r->rec_view) > 0)
         r->rec_view = v;
-    if (m->flag && m->cp_len && m->nents <= r->cfg.log_cap &&
-        (!r->rec_have_leader || nop__view_cmp(v, r->rec_leader_view) > 0)) {
-        /* The leader's checkpoint and log after it replace whatever a
-         * previous (older) leader reply gave. */
-        if (nop__install(r, m->cp, m->cp_len, m->cp_index, 0) < 0)
-            return;
-        struct cons_rbuf rd = m->ents;
-        for (uint32_t i = 0; i < m->nents; i++)
-            nop__entry_next(&rd, nop__ent(r, ++r->log_len));
+    if (m->flag && m->nents <= r->cfg.log_cap &&
+        (!r->rec_have_leader || nop__view_cmp(v, r->rec_leader_view) > 0) &&
+        take_leader_log(r, m) == 0) {
         r->sess_start = m->u2;
         r->rec_commit = m->u3 < r->log_len ? m->u3 : r->log_len;
-        if (r->rec_commit < r->snap)
-            r->rec_commit = r->snap;
+        if (r->rec_commit < r->executed)
+            r->rec_commit = r->executed; /* the checkpoint or restored prefix: committed */
         r->rec_leader_view = v;
         r->rec_have_leader = 1;
     }

@@ -10,7 +10,8 @@
  * start no new operation after it. A failing seed prints its reason and the exact
  * command that replays it; the exit status is 1 when any seed failed.
  * --bug plants a known bug: apply-uncommitted, local-reads, no-merge
- * (Multi-Paxos) or no-gap-agreement, follower-exec (NOPaxos); with
+ * (Multi-Paxos) or no-gap-agreement, follower-exec, restore-no-recovery
+ * (NOPaxos); with
  * --expect-failure the status is 0 only if some seed failed (the checkers
  * can fail), stopping at the first. Prints, per protocol, the wall and CPU
  * time, the fault mix and simulated client operations per CPU-second. */
@@ -36,6 +37,7 @@ static const struct {
     {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE},
     {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
     {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
+    {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY},
 };
 
 struct args {
@@ -53,7 +55,7 @@ static void usage(void)
                     "                  [--ops N] [--fault-ms MS] [--bug NAME] [--verbose]\n"
                     "                  [--expect-failure]\n"
                     "bugs: apply-uncommitted, local-reads, no-merge (mpx);\n"
-                    "      no-gap-agreement, follower-exec (nop)\n");
+                    "      no-gap-agreement, follower-exec, restore-no-recovery (nop)\n");
 }
 
 static int parse_bug(struct args *a, const char *name)

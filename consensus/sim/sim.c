@@ -262,11 +262,11 @@ static void disk_apply(struct rep *r, const struct prec *q)
         blob_set(&r->meta, q->buf, q->len, 0);
         break;
     case CONS_PERSIST_ENTRY:
-        blob_set(&r->ents[q->index % SIM_LOG_CAP], q->buf, q->len, q->index);
+        blob_set(&r->ents[q->index % SIM_DISK_SLOTS], q->buf, q->len, q->index);
         break;
     case CONS_PERSIST_SNAPSHOT:
         blob_set(&r->snap, q->buf, q->len, q->index);
-        for (int k = 0; k < SIM_LOG_CAP; k++) {
+        for (int k = 0; k < SIM_DISK_SLOTS; k++) {
             if (r->ents[k].buf && r->ents[k].index <= q->index)
                 blob_clear(&r->ents[k]);
         }
@@ -322,7 +322,7 @@ static void wipe_disk(struct rep *r)
 {
     blob_clear(&r->meta);
     blob_clear(&r->snap);
-    for (int k = 0; k < SIM_LOG_CAP; k++)
+    for (int k = 0; k < SIM_DISK_SLOTS; k++)
         blob_clear(&r->ents[k]);
 }
 
@@ -333,9 +333,12 @@ static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
     struct rep *r = &w->reps[i];
     struct mpx_config cfg;
     int err;
+    if (mode == MPX_START_RESTORED && !r->meta.buf)
+        mode = MPX_START_EMPTY;
+    if (mode == MPX_START_EMPTY)
+        wipe_disk(r);
     if (w->o->proto == SIM_NOP) {
-        /* Diskless (nop.h): every restart recovers from the others. */
-        sim__nop_boot(w, i, mode != MPX_START_FRESH);
+        sim__nop_boot(w, i, mode);
         sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
         return;
     }
@@ -344,15 +347,11 @@ static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
     r->core = r->kv ? mpx_create(&cfg, kv_mem_sm(r->kv), &err) : NULL;
     if (!r->core)
         abort();
-    if (mode == MPX_START_RESTORED && !r->meta.buf)
-        mode = MPX_START_EMPTY;
-    if (mode == MPX_START_EMPTY)
-        wipe_disk(r);
     if (mode == MPX_START_RESTORED) {
         int rc = mpx_restore_meta(r->core, r->meta.buf, r->meta.len);
         if (rc == 0 && r->snap.buf)
             rc = mpx_restore_snapshot(r->core, r->snap.buf, r->snap.len);
-        for (int k = 0; k < SIM_LOG_CAP && rc == 0; k++) {
+        for (int k = 0; k < SIM_DISK_SLOTS && rc == 0; k++) {
             if (r->ents[k].buf && r->ents[k].index > r->snap.index)
                 rc = mpx_restore_entry(r->core, r->ents[k].buf, r->ents[k].len);
         }
@@ -426,7 +425,7 @@ static void on_fault(struct world *w)
     } else if (dice < 80 && down_count(w) < w->f) {
         uint32_t i = (uint32_t)(sim__rnd(w) % w->n);
         if (w->reps[i].up) {
-            int empty = sim__rnd(w) % 100 < 35 || w->o->proto == SIM_NOP; /* NOP: diskless */
+            int empty = sim__rnd(w) % 100 < 35;
             sim__say(w, 1, "fault: crash replica %u (restart %s)", i,
                      empty ? "empty" : "with disk");
             crash(w, i);

@@ -10,8 +10,8 @@
  *   disks    complete persists in order after a random latency; a crash
  *            loses the ones not completed;
  *   crashes  at most f replicas down (or recovering) at once; each restarts
- *            after a random time with its disk or empty (state transfer);
- *            NOPaxos replicas are diskless, so they always recover;
+ *            after a random time with its disk (restored, then recovery
+ *            for NOPaxos) or empty (recovery, state transfer);
  *   OUM      for NOPaxos, a sequencer stamps each client request with
  *            (session, number) and multicasts it in order to every replica,
  *            replacing it by a drop notification at random; it fails over

@@ -20,7 +20,15 @@
 
 /* Core configuration for every simulated replica: a small log ring so
  * compaction, snapshot catch-up and window stalls happen often. */
-#define SIM_LOG_CAP   32
+#define SIM_LOG_CAP 32
+/* NOPaxos: a small ring, so checkpoints, state transfer and the leader's
+ * pause at half a ring happen often. */
+#define SIM_NOP_LOG_CAP 64
+/* Entry records a simulated disk holds (slot index % this): at least
+ * either protocol's log ring, so entries after the snapshot never collide. */
+#define SIM_DISK_SLOTS 64
+_Static_assert(SIM_DISK_SLOTS >= SIM_LOG_CAP && SIM_DISK_SLOTS >= SIM_NOP_LOG_CAP,
+               "the disk holds a whole ring after the snapshot");
 #define SIM_TICK_NS   (5 * MS)
 #define SIM_RETRY_NS  (120 * MS)
 #define SIM_FAULT_NS  (2000 * MS)
@@ -62,7 +70,7 @@ struct rep {
     struct kv_mem *kv;
     int up, disk_busy, side;
     uint32_t inc;
-    struct blob meta, snap, ents[SIM_LOG_CAP];
+    struct blob meta, snap, ents[SIM_DISK_SLOTS];
     struct prec *pq;
     size_t pq_n, pq_cap;
     uint64_t checked;
@@ -118,7 +126,9 @@ void sim__client_done(struct world *w, struct client *c, const struct cons_reply
 void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob);
 
 /* sim_nop.c */
-void sim__nop_boot(struct world *w, uint32_t i, int empty);
+/* Boots NOPaxos replica i in mode (enum mpx_start_mode: FRESH, RESTORED
+ * from its disk, which then holds a META record, or EMPTY). */
+void sim__nop_boot(struct world *w, uint32_t i, int mode);
 void sim__nop_client_send(struct world *w, struct client *c);
 void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m);
 void sim__nop_failover(struct world *w);

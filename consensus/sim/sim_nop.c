@@ -1,4 +1,5 @@
-/* sim_nop.c: the NOPaxos side of the simulator: booting diskless replicas,
+/* sim_nop.c: the NOPaxos side of the simulator: booting replicas (fresh,
+ * from their disk, or empty),
  * the sequencer and ordered unreliable multicast (NOPaxos section 4), and
  * clients that accept f+1 matching replies including the leader's. */
 #include "sim_internal.h"
@@ -10,11 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A small ring, so checkpoints, state transfer and the leader's pause at
- * half a ring happen often. */
-#define SIM_NOP_LOG_CAP 64
+/* Restores replica i's core from its disk (nop.h order: META, SNAPSHOT,
+ * entries). Returns 0 or the first error. */
+static int restore(struct rep *r)
+{
+    int rc = nop_restore_meta(r->nop, r->meta.buf, r->meta.len);
+    if (rc == 0 && r->snap.buf)
+        rc = nop_restore_snapshot(r->nop, r->snap.buf, r->snap.len);
+    for (int k = 0; k < SIM_DISK_SLOTS && rc == 0; k++) {
+        if (r->ents[k].buf && r->ents[k].index > r->snap.index)
+            rc = nop_restore_entry(r->nop, r->ents[k].buf, r->ents[k].len);
+    }
+    return rc;
+}
 
-void sim__nop_boot(struct world *w, uint32_t i, int empty)
+void sim__nop_boot(struct world *w, uint32_t i, int mode)
 {
     struct rep *r = &w->reps[i];
     struct nop_config c = {
@@ -33,8 +44,16 @@ void sim__nop_boot(struct world *w, uint32_t i, int empty)
     r->nop = r->kv ? nop_create(&c, kv_mem_sm(r->kv), &err) : NULL;
     if (!r->nop)
         abort(); /* out of memory or a bad constant: the run cannot go on */
+    enum nop_start_mode nm = mode == MPX_START_FRESH      ? NOP_START_FRESH
+                             : mode == MPX_START_RESTORED ? NOP_START_RESTORED
+                                                          : NOP_START_EMPTY;
+    if (nm == NOP_START_RESTORED) {
+        int rc = restore(r);
+        if (rc < 0)
+            sim__fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
+    }
     struct cons_outbox *ob;
-    int rc = nop_start(r->nop, empty ? NOP_START_EMPTY : NOP_START_FRESH, w->now, &ob);
+    int rc = nop_start(r->nop, nm, w->now, &ob);
     if (rc < 0)
         sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
     r->up = 1;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The short simulation campaign of `make test`: 1,000 faulty seeds of
-# Multi-Paxos and 1,000 of NOPaxos must all pass, and each planted bug must
+# Multi-Paxos and 1,000 of NOPaxos (replicas restart with their disk or
+# empty) must all pass, and each planted bug must
 # be caught by the checkers (proof that they can fail). `make sim SEEDS=N`
 # runs longer ones.
 set -u
@@ -22,7 +23,7 @@ for proto in mpx nop; do
     fi
 done
 
-for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec; do
+for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec restore-no-recovery; do
     out=$("$sim" --seeds 1000 --bug "$bug" --expect-failure 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && grep -q "replay: .* --seed [0-9]* .*--bug $bug" <<<"$out"; then

@@ -1,0 +1,231 @@
+/* nop_disk.c: what a NOPaxos replica persists, how it comes back from its
+ * disk, and why neither weakens safety.
+ *
+ * The paper's replicas are diskless (Li et al., OSDI 2016, section 5.3.2):
+ * a restarted replica recovers its log from the others, after Viewstamped
+ * Replication's recovery protocol, and the correctness argument never
+ * relies on a disk. flowkv keeps that argument intact: persistence only
+ * makes recovery cheaper.
+ *
+ * What is persisted, and when (at the end of every step, never while
+ * recovering, in this order so the driver's in-order durability keeps the
+ * disk self-consistent):
+ *  - SNAPSHOT: the checkpoint (client table + state machine) whenever it
+ *    moved past the one on disk. A checkpoint is always taken at a
+ *    committed slot (nop.c) or installed from another replica's
+ *    checkpoint, which is committed state too.
+ *  - ENTRY: each log slot once it is committed, exactly once. Committed
+ *    slots never change and are identical on every replica (the
+ *    simulator checks that after every step), so every entry on disk is
+ *    final, whichever incarnation wrote it. Uncommitted entries are never
+ *    persisted: they may still be replaced by gap agreement or a view
+ *    change.
+ *  - META: the current view, the last normal view and the session start,
+ *    when they change. The last normal view is a floor for recovery.
+ *
+ * Why no acknowledgement waits for durability (CONS_IN_PERSISTED): a
+ * restarted replica never answers anything from its disk before it has run
+ * recovery. What it restores is a committed prefix: the checkpoint and the
+ * contiguous run of committed entries after it. That is state every
+ * replica agrees on, so it is safe to hold whatever else happened.
+ *
+ * Transferring only what is missing: the RECOVERY request carries that
+ * prefix (`have`, and the checkpoint index). The leader answering in
+ * normal status sends, when have covers its own checkpoint and its log
+ * fits the requester's ring, no checkpoint and only its log after `have`.
+ * Safety: the requester rejoins only with the log of the leader of the
+ * newest view among f+1 other replicas (unchanged rule). Slot `have` was
+ * committed in some view W, so f+1 replicas were in a view >= W and any
+ * f+1 others include one of them; hence the newest view V >= W, and the
+ * leader of V holds every slot committed before it at the same position:
+ * its log up to `have` equals the requester's prefix, and the joined log
+ * is exactly the leader's. A reply that cannot be joined (the requester
+ * replaced its prefix with a full checkpoint meanwhile) is ignored, and
+ * later requests ask for everything (have = 0). */
+#include "nop_internal.h"
+
+#include "fk_error.h"
+
+#include <assert.h>
+#include <string.h>
+
+#define NOP_META_MAGIC 0x4d504f4eu /* "NOPM" */
+
+/* ---- persisting -------------------------------------------------------- */
+
+static void item_begin(struct nop *r, struct cons_wbuf *w)
+{
+    cons_wbuf_init(w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
+}
+
+/* Adds the record written in w as a persist item. FK_EFULL when it did not
+ * fit the arena or the array: the item is deferred to a later step, which
+ * is harmless because nothing waits for it (see above). */
+static int item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons_wbuf *w)
+{
+    if (w->err || r->ob.npersists >= CONS_OUT_PERSIST_MAX)
+        return FK_EFULL;
+    struct cons_persist *p = &r->ob.persists[r->ob.npersists++];
+    p->kind = kind;
+    p->cookie = ++r->next_cookie;
+    p->index = index;
+    p->buf = w->p;
+    p->len = (uint32_t)w->len;
+    r->ob.arena_used += w->len;
+    return 0;
+}
+
+static void put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e)
+{
+    cons_w_u64(w, slot);
+    cons_w_u8(w, e->kind);
+    if (e->kind == NOP_ENT_REQ)
+        cons_wire_put_op(w, &e->op);
+}
+
+static void persist_meta(struct nop *r)
+{
+    uint64_t meta[3] = {nop__pack(r->view), nop__pack(r->last_normal), r->sess_start};
+    if (r->pers_meta_ok && memcmp(meta, r->pers_meta, sizeof meta) == 0)
+        return;
+    struct cons_wbuf w;
+    item_begin(r, &w);
+    cons_w_u32(&w, NOP_META_MAGIC);
+    cons_w_u32(&w, r->cfg.n);
+    cons_w_u32(&w, r->cfg.id);
+    for (int k = 0; k < 3; k++)
+        cons_w_u64(&w, meta[k]);
+    if (item_end(r, CONS_PERSIST_META, 0, &w) == 0) {
+        memcpy(r->pers_meta, meta, sizeof meta);
+        r->pers_meta_ok = 1;
+    }
+}
+
+void nop__persist(struct nop *r)
+{
+    if (r->status == NOP_RECOVERING || r->poisoned || !r->started)
+        return;
+    assert(r->pers_snap <= r->pers_upto);
+    struct cons_wbuf w;
+    if (r->snap > r->pers_snap) {
+        item_begin(r, &w);
+        cons_w_bytes(&w, r->cp, r->cp_len);
+        if (item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
+            return; /* the entries after it wait for it */
+        r->pers_snap = r->snap;
+        if (r->pers_upto < r->snap)
+            r->pers_upto = r->snap;
+    }
+    /* pers_upto >= pers_snap >= snap here, so the slots lie in the ring. */
+    while (r->pers_upto < r->commit && r->ob.npersists + 1 < CONS_OUT_PERSIST_MAX) {
+        uint64_t slot = r->pers_upto + 1;
+        assert(slot > r->snap && slot <= r->log_len);
+        item_begin(r, &w);
+        put_entry(&w, slot, nop__ent(r, slot));
+        if (item_end(r, CONS_PERSIST_ENTRY, slot, &w) < 0)
+            break;
+        r->pers_upto = slot;
+    }
+    persist_meta(r);
+}
+
+/* ---- restoring ----------------------------------------------------------- */
+
+int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len)
+{
+    if (r->started)
+        return FK_EINVAL;
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, buf, len);
+    uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
+    struct nop_view v = nop__unpack(cons_r_u64(&rd));
+    struct nop_view ln = nop__unpack(cons_r_u64(&rd));
+    uint64_t sess_start = cons_r_u64(&rd);
+    if (cons_r_done(&rd) < 0 || magic != NOP_META_MAGIC || n != r->cfg.n || id != r->cfg.id ||
+        ln.leader_num > v.leader_num || ln.session > v.session)
+        return FK_EMALFORMED;
+    /* The replica was normal in ln, so f+1 replicas reached a view >= ln:
+     * recovery may insist on it (rec_floor). The view it was changing to
+     * may never have started anywhere, so it is not a floor. */
+    r->view = r->last_normal = r->rec_floor = ln;
+    r->sess_start = sess_start;
+    r->meta_seen = 1;
+    return 0;
+}
+
+int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len)
+{
+    if (r->started)
+        return FK_EINVAL;
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, buf, len);
+    uint64_t index = cons_r_u64(&rd);
+    cons_r_bytes(&rd, cons_r_u32(&rd));
+    cons_r_bytes(&rd, cons_r_u32(&rd));
+    if (cons_r_done(&rd) < 0)
+        return FK_EMALFORMED;
+    if (len > r->cp_cap)
+        return FK_EFULL;
+    if (nop__install(r, buf, len, index, 0) < 0)
+        return FK_EMALFORMED; /* the table or state may be half replaced */
+    r->synced = r->commit = r->log_len = index;
+    return 0;
+}
+
+int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len)
+{
+    if (r->started)
+        return FK_EINVAL;
+    struct cons_rbuf rd;
+    struct nop_entry e;
+    cons_rbuf_init(&rd, buf, len);
+    uint64_t slot = cons_r_u64(&rd);
+    e.kind = cons_r_u8(&rd);
+    if (e.kind == NOP_ENT_REQ) {
+        if (cons_wire_get_op(&rd, &e.op) < 0 || e.op.type == CONS_OP_NOOP)
+            return FK_EMALFORMED;
+    } else if (e.kind == NOP_ENT_NOOP) {
+        memset(&e.op, 0, offsetof(struct cons_op, key));
+    } else {
+        return FK_EMALFORMED;
+    }
+    if (cons_r_done(&rd) < 0 || slot == 0)
+        return FK_EMALFORMED;
+    if (slot <= r->snap)
+        return 0; /* inside the checkpoint already */
+    if (slot > r->snap + r->cfg.log_cap)
+        return FK_EINVAL;
+    *nop__ent(r, slot) = e;
+    /* Until start executes them, the signature slot marks a restored
+     * entry with its own index (exec_sig starts zeroed, nop_create). */
+    *nop__sig(r, slot) = slot;
+    return 0;
+}
+
+/* The planted bug NOP_BUG_RESTORE_NO_RECOVERY: resume normal operation in
+ * the persisted view with the persisted prefix, forgetting every entry it
+ * acknowledged but had not yet seen committed. */
+static void resume_without_recovery(struct nop *r)
+{
+    r->status = NOP_NORMAL;
+    r->view = r->last_normal;
+    r->last_heard = r->next_sync = r->now;
+    r->synced = r->log_len;
+}
+
+void nop__start_restored(struct nop *r)
+{
+    assert(r->meta_seen && r->started);
+    uint64_t have = r->snap;
+    while (have < r->snap + r->cfg.log_cap && *nop__sig(r, have + 1) == have + 1)
+        have++;
+    r->log_len = r->commit = r->synced = have;
+    nop__execute_to(r, have, 0);
+    /* The disk holds this much already. */
+    r->pers_snap = r->snap;
+    r->pers_upto = have;
+    if (r->cfg.bugs & NOP_BUG_RESTORE_NO_RECOVERY)
+        resume_without_recovery(r);
+    else
+        nop__recover_start(r);
+}
