@@ -150,6 +150,8 @@ struct flow_target {
     uint32_t nslots;
     struct flow__slot slots[FLOW_SOURCES_MAX];
     uint32_t cursor;        /* round-robin position */
+    uint32_t run_left;      /* tuples left in the cursor slot's head segment */
+    uint64_t run_state;     /* that segment's footer state */
     uint64_t bell;          /* fabric doorbell value before the last scan */
     int joined;             /* opened by flow_target_join: leaves on close */
     int release_slot;       /* slot whose head segment is released on the next consume */

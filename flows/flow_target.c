@@ -149,6 +149,7 @@ void flow__end_slot(flow_target *t, uint32_t i)
     s->head = 0;
     s->pos = 0;
     s->credit_sent = 0;
+    t->run_left = 0;
     s->peer_id = 0;
     __atomic_store_n(&s->dead, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&s->status, s->declared ? SLOT_ENDED : SLOT_FREE, __ATOMIC_RELEASE);
@@ -192,36 +193,54 @@ int flow__head_state(flow_target *t, uint32_t i, uint64_t *state)
     return 0;
 }
 
+/* Hands out the tuple at slot i's read position in the head segment whose
+ * footer state is st, and decides where the next call starts. */
+static void take_tuple(flow_target *t, uint32_t i, uint64_t st, struct flow_item *item)
+{
+    struct flow__slot *s = &t->slots[i];
+    uint8_t *seg = flow__seg(t, i, s->head);
+    assert(s->pos < FOOT_COUNT(st));
+    item->tuple = seg + (uint64_t)s->pos * t->desc.schema.tuple_size;
+    item->seq = flow__footer_of(t, seg)->seq;
+    item->session = FOOT_SESSION(st);
+    item->source = (int)i;
+    s->pos++;
+    /* Stay on this slot while its segment lasts (batching), then move on
+     * so every source is served (fairness). */
+    t->run_left = FOOT_COUNT(st) - s->pos;
+    t->run_state = st;
+    if (s->pos >= FOOT_COUNT(st) && !(st & FOOT_END)) {
+        t->release_slot = (int)i;
+        t->cursor = i + 1;
+    } else {
+        t->cursor = i;
+    }
+}
+
 int flow__ring_next(flow_target *t, struct flow_item *item)
 {
     if (t->release_slot >= 0) {
         flow__release_head(t, (uint32_t)t->release_slot);
         t->release_slot = -1;
     }
+    /* Within a segment already seen consumable, the next tuple needs no new
+     * look at the slot or footer: only this thread ends a slot or clears a
+     * footer, so both stay as they were (bandwidth mode: perf showed the
+     * per-tuple footer checks at 8% of the consumer's time). */
+    if (t->run_left > 0) {
+        take_tuple(t, t->cursor, t->run_state, item);
+        return 0;
+    }
     for (uint32_t k = 0; k < t->nslots; k++) {
         uint32_t i = (t->cursor + k) % t->nslots;
         uint64_t st;
         if (!flow__head_state(t, i, &st))
             continue;
-        struct flow__slot *s = &t->slots[i];
-        uint8_t *seg = flow__seg(t, i, s->head);
-        if (s->pos >= FOOT_COUNT(st)) { /* an empty segment (flush of nothing) */
+        if (t->slots[i].pos >= FOOT_COUNT(st)) { /* an empty segment (flush of nothing) */
             flow__release_head(t, i);
             continue;
         }
-        item->tuple = seg + (uint64_t)s->pos * t->desc.schema.tuple_size;
-        item->seq = flow__footer_of(t, seg)->seq;
-        item->session = FOOT_SESSION(st);
-        item->source = (int)i;
-        s->pos++;
-        /* Stay on this slot while its segment lasts (batching), then move on
-         * so every source is served (fairness). */
-        if (s->pos >= FOOT_COUNT(st) && !(st & FOOT_END)) {
-            t->release_slot = (int)i;
-            t->cursor = i + 1;
-        } else {
-            t->cursor = i;
-        }
+        take_tuple(t, i, st, item);
         return 0;
     }
     return flow__all_ended(t) ? FK_EEND : FK_EAGAIN;
