@@ -127,8 +127,8 @@ void srv_disk_close(struct srv_disk *d);
  * transaction. *restored = 1 when a META record existed (start with
  * MPX_START_RESTORED / NOP_START_RESTORED), 0 when not (start FRESH for a
  * brand-new group, else EMPTY). Persist cookies restart at 1 with every
- * core. Errors: FK_EINVAL (no write transaction open, poisoned, or the
- * core refused a record as misuse), FK_EMALFORMED (a record the core
+ * core. Errors: FK_EINVAL (no write transaction open, or the
+ * core refused a record as misuse), FK_EPOISONED, FK_EMALFORMED (a record the core
  * rejected or a log reaching beyond any log window above the snapshot),
  * FK_EFULL (a snapshot over the core's capacity), FK_ENOMEM, FK_ESTORAGE.
  * After an error: kv_write_abort, destroy the core, create a new one, and
