@@ -127,13 +127,18 @@ void srv_disk_close(struct srv_disk *d);
  * transaction. *restored = 1 when a META record existed (start with
  * MPX_START_RESTORED / NOP_START_RESTORED), 0 when not (start FRESH for a
  * brand-new group, else EMPTY). Persist cookies restart at 1 with every
- * core. Errors: FK_EINVAL (no write transaction open, or the
- * core refused a record as misuse), FK_EPOISONED, FK_EMALFORMED (a record the core
- * rejected or a log reaching beyond any log window above the snapshot),
- * FK_EFULL (a snapshot over the core's capacity), FK_ENOMEM, FK_ESTORAGE.
- * After an error: kv_write_abort, destroy the core, create a new one, and
- * inside a new transaction call srv_disk_wipe and start it EMPTY (safe:
- * both protocols recover a replica that lost its disk), or exit. */
+ * core, so one srv_disk serves one core incarnation: a process that
+ * replaces a started core closes d and opens a new one. A restored NOPaxos
+ * replica still runs recovery, which needs f+1 others in normal status: a
+ * whole NOPaxos group restarted from disk holds its committed prefix but
+ * cannot serve by itself (nop.h); Multi-Paxos groups can. Errors:
+ * FK_EINVAL (no write transaction open, or the core refused a record as
+ * misuse), FK_EPOISONED, FK_EMALFORMED (a record the core rejected, or a
+ * log reaching beyond any log window above the snapshot), FK_EFULL (a
+ * snapshot over the core's capacity), FK_ENOMEM, FK_ESTORAGE. After an
+ * error: kv_write_abort, destroy the core, create a new one, and inside a
+ * new transaction call srv_disk_wipe and start it EMPTY (safe: both
+ * protocols recover a replica that lost its disk), or exit. */
 int srv_disk_restore_mpx(struct srv_disk *d, struct mpx *r, int *restored);
 int srv_disk_restore_nop(struct srv_disk *d, struct nop *r, int *restored);
 
