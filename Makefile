@@ -14,7 +14,7 @@ SAN     ?=
 # Seconds a single test program may run before it counts as failed.
 TEST_TIMEOUT ?= 900
 
-PKGS := libuv libxxhash lmdb libibverbs librdmacm inih libsodium
+PKGS := libuv libxxhash lmdb libibverbs librdmacm inih libsodium libcurl
 # Recursive (=) on purpose: pkg-config runs only when a recipe needs it, so
 # `make deps` works on a machine that lacks the packages.
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS))

@@ -11,10 +11,11 @@ set -eu
 
 # Build: compiler, pkg-config and the -dev packages of the chosen libraries.
 BUILD_PKGS="build-essential make pkg-config libibverbs-dev librdmacm-dev libuv1-dev
-libxxhash-dev liblmdb-dev libinih-dev libsodium-dev"
+libxxhash-dev liblmdb-dev libinih-dev libsodium-dev libcurl4-openssl-dev"
 # Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
-# lint and fuzz tooling.
-TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2"
+# lint and fuzz tooling, etcd (the YCSB etcd binding's peer and etcdctl).
+TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2
+etcd-server etcd-client"
 # Soft-RoCE VM tier (tests/rdma-vm): qemu boots Debian's kernel (fetched with
 # apt-get download) with a busybox initramfs; the guest runs the host's
 # rdma-core, iproute2 (rdma, ip netns) and perftest over 9p.
