@@ -24,9 +24,13 @@ int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
     uint32_t slots = 2;
     while (slots < 2 * cap)
         slots *= 2;
+    t->keys = calloc(slots, sizeof *t->keys);
+    t->scratch = calloc(slots, sizeof *t->scratch);
     t->rows = calloc(slots, sizeof *t->rows);
-    if (!t->rows)
+    if (!t->keys || !t->scratch || !t->rows) {
+        cons_ctab_free(t);
         return FK_ENOMEM;
+    }
     t->slots = slots;
     t->cap = cap;
     return 0;
@@ -34,58 +38,115 @@ int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
 
 void cons_ctab_free(struct cons_ctab *t)
 {
+    free(t->keys);
+    free(t->scratch);
     free(t->rows);
     memset(t, 0, sizeof *t);
 }
 
-/* Linear probing; the table never deletes, so a probe stops at an empty
- * slot. Load stays <= 1/2, so probes are short. */
-static struct cons_ctab_row *ctab_slot(struct cons_ctab *t, uint64_t client_id)
+/* Linear probing over a key array: the slot holding client_id, or the
+ * empty slot where it would go. Deletion shifts rows back instead of
+ * leaving tombstones (ctab_remove), so a probe stops at the first empty
+ * slot; load stays <= 1/2, so probes are short and one always ends. */
+static uint32_t ctab_slot(const struct cons_ctab_key *keys, uint32_t slots, uint64_t client_id)
 {
-    uint32_t mask = t->slots - 1;
+    uint32_t mask = slots - 1;
     uint32_t i = (uint32_t)mix64(client_id) & mask;
-    for (uint32_t n = 0; n < t->slots; n++, i = (i + 1) & mask) {
-        if (t->rows[i].client_id == client_id || t->rows[i].client_id == 0)
-            return &t->rows[i];
+    for (uint32_t n = 0; n < slots; n++, i = (i + 1) & mask) {
+        if (keys[i].client_id == client_id || keys[i].client_id == 0)
+            return i;
     }
-    return NULL;
+    assert(0 && "client table without an empty slot");
+    return 0;
 }
 
 struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id)
 {
     assert(client_id != 0);
-    struct cons_ctab_row *row = ctab_slot(t, client_id);
-    return row && row->client_id == client_id ? row : NULL;
+    uint32_t i = ctab_slot(t->keys, t->slots, client_id);
+    return t->keys[i].client_id == client_id ? &t->rows[i] : NULL;
 }
 
-int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply)
+static void row_copy(struct cons_ctab_row *dst, const struct cons_reply *reply)
 {
-    assert(reply->client_id != 0);
-    struct cons_ctab_row *row = ctab_slot(t, reply->client_id);
-    assert(row != NULL);
-    if (row->client_id == 0) {
-        if (t->used >= t->cap)
-            return FK_EFULL;
-        t->used++;
-        row->client_id = reply->client_id;
-    }
-    row->reply.client_id = reply->client_id;
-    row->reply.req_no = reply->req_no;
-    row->reply.status = reply->status;
-    row->reply.len = reply->len;
-    memcpy(row->reply.data, reply->data, reply->len);
-    return 0;
+    dst->client_id = reply->client_id;
+    memcpy(&dst->reply, reply, offsetof(struct cons_reply, data) + reply->len);
 }
 
-/* Layout: u32 count, then count encoded replies (cons_wire_put_reply). */
+/* Empties slot i and shifts later rows of its probe run back into the hole
+ * (Knuth's algorithm R for linear probing): a row at j moves to the hole
+ * unless its home slot lies cyclically in (hole, j]. */
+static void ctab_remove(struct cons_ctab *t, uint32_t hole)
+{
+    uint32_t mask = t->slots - 1, j = hole;
+    for (uint32_t n = 0; n < t->slots; n++) {
+        j = (j + 1) & mask;
+        if (t->keys[j].client_id == 0)
+            break;
+        uint32_t home = (uint32_t)mix64(t->keys[j].client_id) & mask;
+        if (((j - home) & mask) >= ((j - hole) & mask)) {
+            t->keys[hole] = t->keys[j];
+            row_copy(&t->rows[hole], &t->rows[j].reply);
+            hole = j;
+        }
+    }
+    t->keys[hole].client_id = 0;
+    t->keys[hole].used = 0;
+    t->rows[hole].client_id = 0;
+}
+
+/* The least recently used row: smallest stamp, then smallest client id.
+ * Depends only on the table's contents, never on slot order. */
+static uint32_t ctab_lru(const struct cons_ctab *t)
+{
+    uint32_t best = UINT32_MAX;
+    for (uint32_t i = 0; i < t->slots; i++) {
+        const struct cons_ctab_key *k = &t->keys[i];
+        if (k->client_id == 0)
+            continue;
+        if (best == UINT32_MAX || k->used < t->keys[best].used ||
+            (k->used == t->keys[best].used && k->client_id < t->keys[best].client_id))
+            best = i;
+    }
+    assert(best != UINT32_MAX);
+    return best;
+}
+
+int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply, uint64_t used)
+{
+    assert(reply->client_id != 0 && reply->len <= CONS_REPLY_MAX);
+    uint32_t i = ctab_slot(t->keys, t->slots, reply->client_id);
+    int evicted = 0;
+    if (t->keys[i].client_id == 0) {
+        if (t->used >= t->cap) {
+            ctab_remove(t, ctab_lru(t));
+            t->used--;
+            t->evicted++;
+            evicted = 1;
+            i = ctab_slot(t->keys, t->slots, reply->client_id); /* rows moved */
+        }
+        t->used++;
+        t->keys[i].client_id = reply->client_id;
+    }
+    assert(t->used <= t->cap && t->keys[i].client_id == reply->client_id);
+    t->keys[i].used = used;
+    row_copy(&t->rows[i], reply);
+    return evicted;
+}
+
+/* Layout: u64 ops, u32 count, then count times (u64 stamp, encoded reply:
+ * cons_wire_put_reply). */
 int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *len)
 {
     struct cons_wbuf w;
     cons_wbuf_init(&w, buf, cap);
+    cons_w_u64(&w, t->ops);
     cons_w_u32(&w, t->used);
     for (uint32_t i = 0; i < t->slots; i++) {
-        if (t->rows[i].client_id)
+        if (t->keys[i].client_id) {
+            cons_w_u64(&w, t->keys[i].used);
             cons_wire_put_reply(&w, &t->rows[i].reply);
+        }
     }
     if (w.err)
         return FK_ETOOBIG;
@@ -93,42 +154,59 @@ int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *
     return 0;
 }
 
-int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
+/* Checks every record and lays out the new key array in t->scratch, so a
+ * bad snapshot (truncated, a duplicate client, a stamp from the future)
+ * leaves the table untouched. */
+static int ctab_load_keys(struct cons_ctab *t, struct cons_rbuf v, uint32_t n, uint64_t ops)
 {
-    struct cons_rbuf r;
-    cons_rbuf_init(&r, buf, len);
-    uint32_t n = cons_r_u32(&r);
-    if (r.err)
-        return FK_EMALFORMED;
-    if (n > t->cap)
-        return FK_EFULL;
-    /* Validate everything before touching the table. */
-    struct cons_rbuf v = r;
+    memset(t->scratch, 0, (size_t)t->slots * sizeof *t->scratch);
     for (uint32_t i = 0; i < n; i++) {
+        uint64_t used = cons_r_u64(&v);
         struct cons_wire_reply h;
         const uint8_t *q = cons_r_bytes(&v, sizeof h);
         if (!q)
             return FK_EMALFORMED;
         memcpy(&h, q, sizeof h);
-        if (h.client_id == 0 || h.len > CONS_REPLY_MAX || !cons_r_bytes(&v, h.len))
+        if (h.client_id == 0 || used > ops || h.len > CONS_REPLY_MAX || !cons_r_bytes(&v, h.len))
             return FK_EMALFORMED;
+        uint32_t s = ctab_slot(t->scratch, t->slots, h.client_id);
+        if (t->scratch[s].client_id != 0)
+            return FK_EMALFORMED; /* a duplicate client */
+        t->scratch[s].client_id = h.client_id;
+        t->scratch[s].used = used;
     }
-    if (cons_r_done(&v) < 0)
+    return cons_r_done(&v) < 0 ? FK_EMALFORMED : 0;
+}
+
+int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
+{
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, buf, len);
+    uint64_t ops = cons_r_u64(&r);
+    uint32_t n = cons_r_u32(&r);
+    if (r.err)
         return FK_EMALFORMED;
-    memset(t->rows, 0, (size_t)t->slots * sizeof *t->rows);
-    t->used = 0;
+    if (n > t->cap)
+        return FK_EFULL;
+    int rc = ctab_load_keys(t, r, n, ops);
+    if (rc < 0)
+        return rc;
+    struct cons_ctab_key *old = t->keys;
+    t->keys = t->scratch;
+    t->scratch = old;
+    for (uint32_t i = 0; i < t->slots; i++)
+        t->rows[i].client_id = t->keys[i].client_id;
     for (uint32_t i = 0; i < n; i++) {
+        cons_r_u64(&r); /* the stamp, already placed */
         uint64_t id;
         memcpy(&id, r.p + r.off, sizeof id); /* validated above */
-        struct cons_ctab_row *row = ctab_slot(t, id);
-        assert(row != NULL);
-        if (row->client_id != 0)
-            return FK_EMALFORMED; /* duplicate client: reject */
-        int rc = cons_wire_get_reply(&r, &row->reply);
+        uint32_t s = ctab_slot(t->keys, t->slots, id);
+        assert(t->keys[s].client_id == id);
+        rc = cons_wire_get_reply(&r, &t->rows[s].reply);
         assert(rc == 0);
-        row->client_id = id;
-        t->used++;
     }
+    t->used = n;
+    t->ops = ops;
     return 0;
 }
 
@@ -146,17 +224,17 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     reply->client_id = op->client_id;
     reply->req_no = op->req_no;
     reply->len = 0;
-    if (!row && t->used >= t->cap) {
-        /* Deterministic on every replica: the op is refused, not applied. */
-        reply->status = FK_EFULL;
+    if (!row && op->req_no > 1) {
+        /* Its row was evicted (cons.h): applying it could apply a request
+         * twice. Deterministic on every replica: refused, not applied. */
+        reply->status = FK_EEXPIRED;
         return 0;
     }
     int rc = sm->ops->apply(sm->impl, op, reply);
     if (rc < 0)
         return rc;
     assert(reply->len <= CONS_REPLY_MAX);
-    rc = cons_ctab_put(t, reply);
-    assert(rc == 0);
+    cons_ctab_put(t, reply, ++t->ops);
     return 0;
 }
 

@@ -116,21 +116,29 @@ TEST(ctab_save_load_and_exactly_once)
     op.val[0] = '2';
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &op, &rep), 0);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &older, &rep), 2); /* old: ignored */
-    /* A third client does not fit a table of two: refused, not applied. */
+    /* A third client evicts the least recently used row (client 7);
+     * test_cons_ctab.c covers eviction in depth. */
     struct cons_op c2 = mkop(CONS_OP_PUT, "b", "x", ""), c3 = c2;
     c2.client_id = 8;
     c3.client_id = 9;
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &c2, &rep), 0);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &c3, &rep), 0);
-    CHECK_EQ_I64(rep.status, FK_EFULL);
+    CHECK_EQ_I64(rep.status, 0);
+    CHECK(cons_ctab_find(&t, 7) == NULL);
+    c3.client_id = 7; /* 7's next request (req_no 1 of 7 was long ago) */
+    c3.req_no = 3;
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &c3, &rep), 0);
+    CHECK_EQ_I64(rep.status, FK_EEXPIRED);
     static uint8_t buf[1 << 16];
     size_t len;
     CHECK_OK(cons_ctab_save(&t, buf, sizeof buf, &len));
     struct cons_ctab u;
     CHECK_OK(cons_ctab_init(&u, 2));
     CHECK_OK(cons_ctab_load(&u, buf, len));
-    CHECK(cons_ctab_find(&u, 7) && cons_ctab_find(&u, 7)->reply.req_no == 2);
+    CHECK(cons_ctab_find(&u, 9) && cons_ctab_find(&u, 9)->reply.req_no == 1);
     CHECK(cons_ctab_find(&u, 8) != NULL);
+    CHECK(cons_ctab_find(&u, 7) == NULL);
+    CHECK_EQ_U64(u.ops, t.ops);
     for (size_t cut = 0; cut < len; cut++)
         CHECK(cons_ctab_load(&u, buf, cut) < 0);
     cons_ctab_free(&t);

@@ -57,8 +57,9 @@ struct group {
     struct qmsg q[QCAP];
     uint32_t qhead, qlen;
     /* the client (its id can change between operations) */
-    uint64_t client, req_no, cur_req;
-    uint32_t target; /* Multi-Paxos: the replica believed to lead */
+    uint64_t client, cur_req;
+    uint64_t req_no, req_other; /* per client (CLIENT, CLIENT + 1), from 1 */
+    uint32_t target;            /* Multi-Paxos: the replica believed to lead */
     int got;
     struct cons_reply reply;
     struct nop_quorum quorum;
@@ -381,7 +382,7 @@ static void send_op(struct group *g, const struct cons_op *op)
 static int op_run(struct group *g, struct cons_op *op, int max, int retry)
 {
     if (!retry)
-        op->req_no = ++g->req_no;
+        op->req_no = g->client == CLIENT ? ++g->req_no : ++g->req_other;
     op->client_id = g->client;
     g->cur_req = op->req_no;
     g->got = 0;

@@ -1,0 +1,304 @@
+/* Unit tests for the client table's eviction (cons.h): when full, a new
+ * client evicts the least recently used row (smallest stamp, then smallest
+ * client id); a random stream of requests leaves exactly the rows an
+ * independent model keeps, on two tables and on one reloaded from a
+ * snapshot midway; an evicted client's later request is refused with
+ * FK_EEXPIRED; load rejects bad snapshots without touching the table.
+ * Prints what an evicting apply costs beside an updating one. */
+#include "check.h"
+#include "cons.h"
+#include "fk_error.h"
+#include "fk_time.h"
+#include "kv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static struct cons_reply rep;
+
+static struct cons_op get_op(uint64_t client, uint64_t req)
+{
+    struct cons_op op;
+    memset(&op, 0, offsetof(struct cons_op, key));
+    op.client_id = client;
+    op.req_no = req;
+    op.type = CONS_OP_GET;
+    op.key_len = 1;
+    op.key[0] = 'k';
+    return op;
+}
+
+static int apply(struct cons_sm *sm, struct cons_ctab *t, uint64_t client, uint64_t req)
+{
+    struct cons_op op = get_op(client, req);
+    return cons_apply_once(sm, t, &op, &rep);
+}
+
+TEST(full_table_evicts_least_recently_used)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    struct cons_ctab t;
+    CHECK_OK(cons_ctab_init(&t, 4));
+    for (uint64_t c = 1; c <= 4; c++)
+        CHECK_EQ_I64(apply(&sm, &t, c, 1), 0);
+    CHECK_EQ_I64(apply(&sm, &t, 1, 2), 0); /* client 1 is now the most recent */
+    CHECK_EQ_I64(apply(&sm, &t, 3, 1), 1); /* a duplicate does not refresh */
+    CHECK_EQ_U64(t.ops, 5);
+    CHECK_EQ_I64(apply(&sm, &t, 5, 1), 0); /* evicts 2 */
+    CHECK(cons_ctab_find(&t, 2) == NULL);
+    CHECK_EQ_I64(apply(&sm, &t, 6, 1), 0); /* evicts 3 */
+    CHECK(cons_ctab_find(&t, 3) == NULL);
+    CHECK_EQ_U64(t.evicted, 2);
+    CHECK_EQ_U64(t.used, 4);
+    for (uint64_t c = 1; c <= 6; c++) {
+        if (c == 2 || c == 3)
+            continue;
+        CHECK_MSG(cons_ctab_find(&t, c) != NULL, "client %llu lost", (unsigned long long)c);
+    }
+    CHECK_EQ_U64(cons_ctab_find(&t, 1)->reply.req_no, 2);
+    /* 2 comes back with its next request: refused, not applied, no row. */
+    CHECK_EQ_I64(apply(&sm, &t, 2, 2), 0);
+    CHECK_EQ_I64(rep.status, FK_EEXPIRED);
+    CHECK_EQ_I64(rep.req_no, 2);
+    CHECK(cons_ctab_find(&t, 2) == NULL);
+    CHECK_EQ_U64(t.ops, 7);
+    /* A new client still starts at 1 (and the GET is applied). */
+    CHECK_EQ_I64(apply(&sm, &t, 2, 1), 0);
+    CHECK_EQ_I64(rep.status, FK_ENOTFOUND);
+    CHECK(cons_ctab_find(&t, 4) == NULL);
+    cons_ctab_free(&t);
+    kv_mem_destroy(kv);
+}
+
+TEST(equal_stamps_evict_the_smallest_client_id)
+{
+    struct cons_ctab t;
+    CHECK_OK(cons_ctab_init(&t, 3));
+    uint64_t ids[3] = {30, 10, 20};
+    for (int i = 0; i < 3; i++) {
+        rep.client_id = ids[i];
+        rep.req_no = 1;
+        rep.len = 0;
+        CHECK_EQ_I64(cons_ctab_put(&t, &rep, 5), 0);
+    }
+    rep.client_id = 40;
+    CHECK_EQ_I64(cons_ctab_put(&t, &rep, 5), 1);
+    CHECK(cons_ctab_find(&t, 10) == NULL);
+    rep.client_id = 50;
+    CHECK_EQ_I64(cons_ctab_put(&t, &rep, 6), 1);
+    CHECK(cons_ctab_find(&t, 20) == NULL);
+    CHECK(cons_ctab_find(&t, 30) && cons_ctab_find(&t, 40) && cons_ctab_find(&t, 50));
+    cons_ctab_free(&t);
+}
+
+/* ---- an independent model: an unordered array, LRU by linear search ---- */
+
+#define CAP      8
+#define CLIENTS  64
+#define MODEL_OP 20000
+
+struct model {
+    uint64_t id[CAP], stamp[CAP], req[CAP];
+    uint32_t n;
+    uint64_t ops;
+};
+
+/* The expected cons_apply_once result and reply status (a GET of a key
+ * nobody wrote: FK_ENOTFOUND when applied). */
+static int model_apply(struct model *m, uint64_t id, uint64_t req, int32_t *status)
+{
+    *status = FK_ENOTFOUND;
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->id[i] != id)
+            continue;
+        if (req < m->req[i])
+            return 2;
+        if (req == m->req[i])
+            return 1;
+        m->req[i] = req;
+        m->stamp[i] = ++m->ops;
+        return 0;
+    }
+    if (req > 1) {
+        *status = FK_EEXPIRED;
+        return 0;
+    }
+    uint32_t slot = m->n;
+    if (m->n == CAP) {
+        slot = 0;
+        for (uint32_t i = 1; i < m->n; i++) {
+            if (m->stamp[i] < m->stamp[slot] ||
+                (m->stamp[i] == m->stamp[slot] && m->id[i] < m->id[slot]))
+                slot = i;
+        }
+    } else {
+        m->n++;
+    }
+    m->id[slot] = id;
+    m->req[slot] = req;
+    m->stamp[slot] = ++m->ops;
+    return 0;
+}
+
+/* The table holds exactly the model's rows, with their stamps and replies. */
+static void same_as_model(struct cons_ctab *t, const struct model *m)
+{
+    CHECK_EQ_U64(t->used, m->n);
+    CHECK_EQ_U64(t->ops, m->ops);
+    uint32_t found = 0;
+    for (uint32_t s = 0; s < t->slots; s++) {
+        if (t->keys[s].client_id == 0)
+            continue;
+        found++;
+        uint32_t i = 0;
+        while (i < m->n && m->id[i] != t->keys[s].client_id)
+            i++;
+        CHECK_MSG(i < m->n, "table holds client %llu, the model evicted it",
+                  (unsigned long long)t->keys[s].client_id);
+        CHECK_EQ_U64(t->keys[s].used, m->stamp[i]);
+        CHECK_EQ_U64(t->rows[s].reply.req_no, m->req[i]);
+    }
+    CHECK_EQ_U64(found, m->n);
+    for (uint32_t i = 0; i < m->n; i++)
+        CHECK(cons_ctab_find(t, m->id[i]) != NULL);
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(uint64_t n)
+{
+    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (rng >> 33) % n;
+}
+
+/* Clients send mostly their next request, sometimes a resend or an old,
+ * delayed copy; a client refused as expired starts over under a fresh id,
+ * as a real one would. */
+TEST(random_stream_matches_model_and_reload)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    static struct cons_ctab a, b;
+    static struct model m;
+    static uint8_t snap[CAP * (CONS_REPLY_MAX + 64) + 64];
+    uint64_t id[CLIENTS], next_req[CLIENTS], fresh = 0;
+    CHECK_OK(cons_ctab_init(&a, CAP));
+    CHECK_OK(cons_ctab_init(&b, CAP));
+    for (int c = 0; c < CLIENTS; c++) {
+        id[c] = ++fresh;
+        next_req[c] = 1;
+    }
+    uint64_t expired = 0;
+    for (int k = 0; k < MODEL_OP; k++) {
+        uint64_t c = rnd(CLIENTS);
+        uint64_t dice = rnd(10), req = next_req[c];
+        if (dice == 0 && req > 1)
+            req--; /* a resend */
+        else if (dice == 1 && req > 2)
+            req -= 2; /* an old, delayed copy */
+        else
+            next_req[c]++;
+        int32_t st;
+        int want = model_apply(&m, id[c], req, &st);
+        CHECK_EQ_I64(apply(&sm, &a, id[c], req), want);
+        if (want == 0)
+            CHECK_EQ_I64(rep.status, st);
+        CHECK_EQ_I64(apply(&sm, &b, id[c], req), want);
+        if (st == FK_EEXPIRED) {
+            expired++;
+            id[c] = ++fresh;
+            next_req[c] = 1;
+        }
+        if (k % 997 == 0) {
+            /* b restarts from a's snapshot: same rows, same future. */
+            size_t len;
+            same_as_model(&a, &m);
+            CHECK_OK(cons_ctab_save(&a, snap, sizeof snap, &len));
+            CHECK_OK(cons_ctab_load(&b, snap, len));
+        }
+    }
+    same_as_model(&a, &m);
+    same_as_model(&b, &m);
+    CHECK(a.evicted > 100 && expired > 100);
+    fprintf(stderr,
+            "# %d requests from %d clients over %d rows: %llu evictions, %llu refused as expired\n",
+            MODEL_OP, CLIENTS, CAP, (unsigned long long)a.evicted, (unsigned long long)expired);
+    cons_ctab_free(&a);
+    cons_ctab_free(&b);
+    kv_mem_destroy(kv);
+}
+
+TEST(load_rejects_bad_snapshots_and_keeps_the_table)
+{
+    static struct cons_ctab t, u;
+    static uint8_t buf[4 * (CONS_REPLY_MAX + 64)], bad[sizeof buf];
+    CHECK_OK(cons_ctab_init(&t, 4));
+    CHECK_OK(cons_ctab_init(&u, 4));
+    rep.req_no = 1;
+    rep.len = 3;
+    memcpy(rep.data, "abc", 3);
+    for (uint64_t c = 1; c <= 3; c++) {
+        rep.client_id = c;
+        cons_ctab_put(&t, &rep, c);
+        t.ops = c;
+    }
+    rep.client_id = 9;
+    cons_ctab_put(&u, &rep, 0);
+    size_t len;
+    CHECK_OK(cons_ctab_save(&t, buf, sizeof buf, &len));
+    /* Records: u64 ops, u32 n, then (u64 stamp, 24-byte reply header, 3 bytes). */
+    size_t rec = 8 + 24 + 3, first = 12;
+    memcpy(bad, buf, len);
+    memcpy(bad + first + rec + 8, bad + first + 8, 8); /* record 2 names record 1's client */
+    CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
+    memcpy(bad, buf, len);
+    uint64_t future = 4;
+    memcpy(bad + first, &future, 8); /* a stamp above ops */
+    CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
+    for (size_t cut = 0; cut < len; cut++)
+        CHECK(cons_ctab_load(&u, buf, cut) < 0);
+    CHECK_EQ_U64(u.used, 1); /* untouched by every failure */
+    CHECK(cons_ctab_find(&u, 9) != NULL && cons_ctab_find(&u, 1) == NULL);
+    struct cons_ctab small;
+    CHECK_OK(cons_ctab_init(&small, 2));
+    CHECK_ERR(cons_ctab_load(&small, buf, len), FK_EFULL);
+    cons_ctab_free(&small);
+    CHECK_OK(cons_ctab_load(&u, buf, len));
+    CHECK(cons_ctab_find(&u, 9) == NULL);
+    for (uint64_t c = 1; c <= 3; c++) {
+        struct cons_ctab_row *row = cons_ctab_find(&u, c);
+        CHECK(row != NULL && row->reply.len == 3 && memcmp(row->reply.data, "abc", 3) == 0);
+    }
+    CHECK_EQ_U64(u.ops, 3);
+    cons_ctab_free(&t);
+    cons_ctab_free(&u);
+}
+
+/* Not a timed test: prints the cost of an apply that evicts from a full
+ * CONS_CLIENTS_MAX table beside one that updates an existing row. */
+TEST(eviction_cost_figure)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    static struct cons_ctab t;
+    CHECK_OK(cons_ctab_init(&t, CONS_CLIENTS_MAX));
+    for (uint64_t c = 1; c <= CONS_CLIENTS_MAX; c++)
+        CHECK_EQ_I64(apply(&sm, &t, c, 1), 0);
+    enum { ROUNDS = 2000 };
+    uint64_t t0 = fk_now_ns();
+    for (uint64_t k = 0; k < ROUNDS; k++)
+        CHECK_EQ_I64(apply(&sm, &t, 1 + k % CONS_CLIENTS_MAX, 2 + k / CONS_CLIENTS_MAX), 0);
+    uint64_t t1 = fk_now_ns();
+    for (uint64_t k = 0; k < ROUNDS; k++)
+        CHECK_EQ_I64(apply(&sm, &t, 1000000 + k, 1), 0);
+    uint64_t t2 = fk_now_ns();
+    CHECK_EQ_U64(t.evicted, ROUNDS);
+    double upd = (double)(t1 - t0) / ROUNDS, evict = (double)(t2 - t1) / ROUNDS;
+    fprintf(stderr,
+            "# apply with eviction (%u rows): %.0f ns; updating apply: %.0f ns; ratio %.1f\n",
+            (unsigned)CONS_CLIENTS_MAX, evict, upd, evict / upd);
+    cons_ctab_free(&t);
+    kv_mem_destroy(kv);
+}
+
+CHECK_MAIN()
