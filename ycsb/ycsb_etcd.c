@@ -609,6 +609,14 @@ static int rmw_write(struct ctx *c, struct slot *s, const struct ycsb_etcd_resp 
     return start(s, c->rec, (size_t)n, r->first.mod_revision);
 }
 
+/* A single-key range must answer with that key (base64 in kv). */
+static bool same_key(const struct slot *s, const struct ycsb_etcd_kv *kv)
+{
+    char b64[KEY_B64_MAX + 1];
+    int64_t n = ycsb_etcd_b64_encode(b64, sizeof b64, (const uint8_t *)s->key, s->key_len);
+    return n >= 0 && (size_t)n == kv->key_len && memcmp(b64, kv->key, kv->key_len) == 0;
+}
+
 /* The result of a finished transfer with HTTP 200, or 1 when the slot
  * started its next stage. */
 static int on_response(struct ctx *c, struct slot *s)
@@ -620,6 +628,9 @@ static int on_response(struct ctx *c, struct slot *s)
         return rc;
     if (r.error)
         return FK_EPROTO;
+    if ((s->stage == SLOT_READ || s->stage == SLOT_RMW_RANGE) && r.nkvs > 0 &&
+        (r.nkvs != 1 || !same_key(s, &r.first)))
+        return FK_EPROTO; /* not the answer to this request */
     struct ycsb_record_view v;
     switch (s->stage) {
     case SLOT_READ:

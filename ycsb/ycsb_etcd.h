@@ -52,7 +52,8 @@
  * other transport failure); FK_EBUSY (HTTP 429/503, gRPC UNAVAILABLE or
  * RESOURCE_EXHAUSTED: no leader, too many requests); FK_EINVAL (HTTP 400,
  * gRPC INVALID_ARGUMENT); FK_EAUTH (gRPC UNAUTHENTICATED or
- * PERMISSION_DENIED); FK_EPROTO (any other HTTP error); FK_EMALFORMED (a
+ * PERMISSION_DENIED); FK_EPROTO (any other HTTP error, an error member in
+ * a 200 answer, a read answered with another key); FK_EMALFORMED (a
  * response that is not the JSON expected, or a value that is not a valid
  * record); FK_ETOOBIG (a response larger than the slot's buffer);
  * FK_ECASFAIL (partial update lost etcd.update_tries races).

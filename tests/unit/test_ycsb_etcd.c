@@ -535,8 +535,9 @@ TEST(binding_read)
         {ANSWER, 200, "{\"kvs\":[{\"key\":\"dXNlcjE=\",\"val", 0}, /* truncated */
         {ANSWER, 200, "<html>proxy error</html>", 0},
         {ANSWER, 200, NULL, 1 << 20}, /* larger than the response buffer */
+        {ANSWER, 200, "{\"kvs\":[{\"key\":\"dXNlcjI=\",\"value\":\"\"}]}", 0}, /* user2 */
     };
-    server_start(script, 7);
+    server_start(script, 8);
     void *ctx = open_ctx(srv.port, NULL);
     CHECK_OK(one(ctx, &read_req));
     CHECK_EQ_STR(srv.path[0], "/v3/kv/range");
@@ -547,6 +548,7 @@ TEST(binding_read)
     CHECK_ERR(one(ctx, &read_req), FK_EMALFORMED);
     CHECK_ERR(one(ctx, &read_req), FK_EMALFORMED);
     CHECK_ERR(one(ctx, &read_req), FK_ETOOBIG);
+    CHECK_ERR(one(ctx, &read_req), FK_EPROTO); /* another key's answer */
     ycsb_etcd_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
