@@ -4,7 +4,7 @@
 # (ycsb/workloads/workload_dfi_b) against a local etcd cluster through its
 # JSON gateway, with flowkv-ycsb -db etcd.
 #
-#   etcd-bench.sh [-o DIR] [-m MEMBERS] [-r RECORDS] [-s SECONDS] [-t "1 4 16"]
+#   etcd-bench.sh [-o DIR] [-m MEMBERS] [-r RECORDS] [-s SECONDS] [-t "1 4 16 32 64"]
 #                 [-f "0.1 0.25 0.5 0.75 0.9 1.0 1.2"] [-b BUILD]
 #
 # 1. Starts MEMBERS (3) members (etcd-cluster.sh) under DIR/etcd-cluster and
@@ -31,7 +31,7 @@ out=$root/build/bench
 members=3
 records=10000
 secs=8
-threads="1 4 16"
+threads="1 4 16 32 64"
 fractions="0.1 0.25 0.5 0.75 0.9 1.0 1.2"
 build=$root/build
 while getopts "o:m:r:s:t:f:b:" opt; do
