@@ -71,7 +71,7 @@ endif
 INC_common    := -Icommon
 INC_flows     := -Icommon -Iflows -Iflows/fabric
 INC_consensus := -Icommon -Iconsensus
-INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver
+INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver -Iclient
 INC_ycsb      := -Icommon -Iycsb
 INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Iycsb -Itests
 
@@ -143,6 +143,15 @@ $(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIB_YCSB) $(LIB_COMMON)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_YCSB) $(LIB_COMMON) $(LDLIBS)
 all: $(YCSB_PROG)
 tests: $(YCSB_PROG)
+
+# ---- 3d. server: flowkv-server (issue 6) -----------------------------------
+SERVER_PROG := $(BUILD)/bin/flowkv-server
+$(SERVER_PROG): $(BUILD)/obj/server/main.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+all: $(SERVER_PROG)
+tests: $(SERVER_PROG)
 
 # ---- 3c. consensus simulator (issue 5) -------------------------------------
 # consensus/sim/*.c but main.c -> libfksim.a (the simulator and the

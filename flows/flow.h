@@ -118,9 +118,20 @@ void flow_node_destroy(flow_node *node);
 /* The node's address, valid until destroy. */
 const char *flow_node_addr(const flow_node *node);
 
+/* The fabric backend in use: "tcp" or "verbs". */
+const char *flow_node_backend(const flow_node *node);
+
 /* Adds a peer asked for flows this node does not know. Errors: FK_EINVAL,
  * FK_EFULL (FLOW_PEERS_MAX). Any thread. */
 int flow_node_add_peer(flow_node *node, const char *addr);
+
+/* Waiting on several targets at once (one event loop consuming several
+ * flows): read the doorbell, poll each target with flow_consume(t, item,
+ * 0), and when none had anything, flow_node_wait(node, bell, timeout_ns)
+ * returns once a remote write landed on the node after the read, or at
+ * the timeout (0 or FK_ETIMEDOUT; spins briefly, then blocks). */
+uint64_t flow_node_doorbell(flow_node *node);
+int flow_node_wait(flow_node *node, uint64_t seen, uint64_t timeout_ns);
 
 /* Bytes of flow memory this node holds: registered rings, counters and
  * staging segments, and datagram buffers (DESIGN.md: memory per node). */
@@ -157,7 +168,9 @@ void flow_opts_default(struct flow_opts *o, enum flow_kind kind, enum flow_mode 
 /* Declares flow name with nsources sources (opened by index 0..nsources-1;
  * more may join up to max_sources) and ntargets targets, target i hosted by
  * the node at targets[i]. The declaration is stored here and pushed to every
- * target node. Errors: FK_EINVAL (bad counts, options or names), FK_EEXIST,
+ * target node. A shuffle flow may declare no targets (ntargets 0) when
+ * opts->max_targets says how many may join: a service's outbound flow
+ * whose targets are its clients. Errors: FK_EINVAL (bad counts, options or names), FK_EEXIST,
  * FK_ENOMEM (FLOW_FLOWS_MAX), FK_EUNREACHABLE (a target node did not answer).
  * Any thread. */
 int flow_declare(flow_node *node, const char *name, const struct flow_schema *schema, int nsources,
@@ -220,6 +233,20 @@ int flow_combiner_result(flow_target *t, const void **rows, uint64_t timeout_ns)
  * FK_ENOMEM. The handle belongs to the calling thread. */
 int flow_source_open(flow_node *node, const char *name, int index, uint64_t timeout_ns,
                      flow_source **out);
+
+/* Sets how long a push (and a later attach to a joined target) may block
+ * before FK_ETIMEDOUT; 0 = FLOW_BLOCK_TIMEOUT_NS. A service answering many
+ * clients from one event loop sets it short, so that one stalled client
+ * costs that long at most and its reply is dropped. Owner thread. */
+void flow_source_set_timeout(flow_source *s, uint64_t timeout_ns);
+
+/* Hands a source or target to the calling thread, which becomes its owner.
+ * The previous owner must be done with it and the hand-over must order the
+ * two threads (a mutex, or an atomic store-release/load-acquire): a
+ * service opens handles on a helper thread, whose opens may block on an
+ * unreachable node, and its event loop adopts them. */
+void flow_source_adopt(flow_source *s);
+void flow_target_adopt(flow_target *t);
 
 /* Shuffle routing by function (instead of the key hash). Owner thread. */
 void flow_source_set_route(flow_source *s, flow_route_fn fn, void *data);

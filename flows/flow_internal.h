@@ -55,7 +55,8 @@ struct flow__desc {
     char home[FAB_ADDR_MAX]; /* the declaring node: assigns joined target indices */
     uint32_t version;        /* bumped on target join/leave and sequencer moves */
     uint32_t nsources;
-    uint32_t ntargets; /* indices in use, declared and joined */
+    uint32_t ntargets;          /* indices in use, declared and joined */
+    uint32_t ntargets_declared; /* indices below this were declared, the rest joined */
     uint32_t seq_session;
     struct flow_opts opts;
     struct flow_schema schema;

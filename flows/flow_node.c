@@ -130,6 +130,21 @@ static int local_desc(flow_node *n, const char *name, struct flow__desc *out)
     return d != NULL ? 0 : FK_EUNKNOWN_FLOW;
 }
 
+const char *flow_node_backend(const flow_node *n)
+{
+    return fab_node_backend(n->fab);
+}
+
+uint64_t flow_node_doorbell(flow_node *n)
+{
+    return fab_node_doorbell(n->fab);
+}
+
+int flow_node_wait(flow_node *n, uint64_t seen, uint64_t timeout_ns)
+{
+    return fab_node_wait(n->fab, seen, timeout_ns);
+}
+
 int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap)
 {
     fab_conn *c;
@@ -281,8 +296,14 @@ static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void
             d->version++;
         }
     } else if (rc == 0) {
-        if (h->arg >= d->ntargets)
+        /* A leave may name the address it expects at the index (a source
+         * reporting a dead joined target): a newer member there stays. */
+        if (h->arg >= d->ntargets || (len != sizeof(*h) && len != sizeof(*h) + FAB_ADDR_MAX))
             rc = FK_EINVAL;
+        else if (len == sizeof(*h) + FAB_ADDR_MAX &&
+                 (h->arg < d->ntargets_declared ||
+                  strncmp(d->targets[h->arg], (const char *)req + sizeof(*h), FAB_ADDR_MAX) != 0))
+            rc = FK_ENOTFOUND;
         else {
             d->targets[h->arg][0] = '\0';
             d->version++;
@@ -468,8 +489,12 @@ int flow_declare(flow_node *n, const char *name, const struct flow_schema *schem
                  const char *const *targets, int ntargets, const struct flow_opts *opts)
 {
     if (n == NULL || name == NULL || name[0] == '\0' || strlen(name) >= FLOW_NAME_MAX ||
-        schema == NULL || schema->tuple_size == 0 || targets == NULL || opts == NULL ||
-        nsources < 0 || ntargets < 1 || ntargets > FLOW_TARGETS_MAX)
+        schema == NULL || schema->tuple_size == 0 || (targets == NULL && ntargets > 0) ||
+        opts == NULL || nsources < 0 || ntargets < 0 || ntargets > FLOW_TARGETS_MAX)
+        return FK_EINVAL;
+    /* A flow with no declared targets is a service's outbound flow: every
+     * target joins (flow_target_join), so its maximum must say how many. */
+    if (ntargets == 0 && (opts->kind != FLOW_SHUFFLE || opts->max_targets == 0))
         return FK_EINVAL;
     struct flow__desc *d = calloc(1, sizeof(*d));
     if (d == NULL)
@@ -479,6 +504,7 @@ int flow_declare(flow_node *n, const char *name, const struct flow_schema *schem
     d->version = 1;
     d->nsources = (uint32_t)nsources;
     d->ntargets = (uint32_t)ntargets;
+    d->ntargets_declared = (uint32_t)ntargets;
     d->schema = *schema;
     d->opts = *opts;
     int rc = check_opts(&d->opts, schema, nsources, ntargets);

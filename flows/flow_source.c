@@ -32,6 +32,29 @@ static const char *target_addr(const flow_source *s, int k)
     return s->desc.targets[k];
 }
 
+/* Target k failed (its node closed the connection, or an operation
+ * failed). A joined target's index is returned to the home node, naming
+ * the address this source knew there, so that a client that died without
+ * leaving does not hold its slot forever (elastic membership: a dead
+ * member's slot is reclaimed). Declared targets keep their index: a
+ * restarted node opens it again. */
+static void target_gone(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    int was_live = st->state == 1;
+    st->state = 2;
+    if (!was_live || (uint32_t)k < s->desc.ntargets_declared || s->desc.targets[k][0] == '\0')
+        return;
+    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
+    struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)k};
+    snprintf(h.name, sizeof(h.name), "%s", s->desc.name);
+    memcpy(req, &h, sizeof(h));
+    memcpy(req + sizeof(h), s->desc.targets[k], FAB_ADDR_MAX);
+    struct flow__desc d;
+    if (flow__call(s->node, s->desc.home, req, sizeof(req), &d, sizeof(d)) == (int)sizeof(d))
+        flow__store_desc(s->node, &d);
+}
+
 /* Handles completions of target k without blocking. */
 static int reap(flow_source *s, int k)
 {
@@ -46,7 +69,7 @@ static int reap(flow_source *s, int k)
     while ((n = fab_poll(st->conn, wc, 8)) > 0) {
         for (int i = 0; i < n; i++) {
             if (wc[i].status < 0) {
-                st->state = 2; /* remote error: the target is gone */
+                target_gone(s, k); /* remote error: the target is gone */
                 return FK_ECLOSED;
             }
             if (wc[i].cookie == COOKIE_READ) {
@@ -61,7 +84,7 @@ static int reap(flow_source *s, int k)
         }
     }
     if (n < 0) {
-        st->state = 2;
+        target_gone(s, k);
         return FK_ECLOSED;
     }
     return 0;
@@ -195,7 +218,7 @@ static int send_segment(flow_source *s, int k, uint8_t *stage, uint32_t fill, ui
             st->held = 0;
     }
     if (rc < 0) {
-        st->state = 2;
+        target_gone(s, k);
         return rc == FK_EUNREACHABLE || rc == FK_EPOISONED ? FK_ECLOSED : rc;
     }
     if (sig)
@@ -661,6 +684,16 @@ static int source_init(flow_source *s)
             rc = attach_one(s, (int)k, deadline);
     }
     return rc;
+}
+
+void flow_source_adopt(flow_source *s)
+{
+    s->owner = pthread_self();
+}
+
+void flow_source_set_timeout(flow_source *s, uint64_t timeout_ns)
+{
+    s->timeout_ns = timeout_ns ? timeout_ns : FLOW_BLOCK_TIMEOUT_NS;
 }
 
 int flow_source_open(flow_node *n, const char *name, int index, uint64_t timeout_ns,

@@ -296,6 +296,11 @@ int flow_consume(flow_target *t, struct flow_item *item, uint64_t timeout_ns)
     }
 }
 
+void flow_target_adopt(flow_target *t)
+{
+    t->owner = pthread_self();
+}
+
 int flow_target_index(const flow_target *t)
 {
     return t->index;

@@ -9,12 +9,19 @@
 #include <string.h>
 
 static const struct option srv__longopts[] = {
-    {"config", required_argument, NULL, 'c'},    {"id", required_argument, NULL, 'i'},
-    {"protocol", required_argument, NULL, 'p'},  {"fabric", required_argument, NULL, 'f'},
-    {"data-dir", required_argument, NULL, 'd'},  {"durability", required_argument, NULL, 'D'},
-    {"log-level", required_argument, NULL, 'l'}, {"metrics", required_argument, NULL, 'm'},
-    {"map-size", required_argument, NULL, 'M'},  {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
+    {"config", required_argument, NULL, 'c'},
+    {"id", required_argument, NULL, 'i'},
+    {"protocol", required_argument, NULL, 'p'},
+    {"fabric", required_argument, NULL, 'f'},
+    {"data-dir", required_argument, NULL, 'd'},
+    {"durability", required_argument, NULL, 'D'},
+    {"log-level", required_argument, NULL, 'l'},
+    {"metrics", required_argument, NULL, 'm'},
+    {"map-size", required_argument, NULL, 'M'},
+    {"new-cluster", no_argument, NULL, 'N'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0},
 };
 
 void srv_opts_usage(FILE *out, const char *prog)
@@ -30,6 +37,9 @@ void srv_opts_usage(FILE *out, const char *prog)
             "  -l, --log-level L      error | warn | info | debug | trace (default info)\n"
             "  -m, --metrics ADDR     Prometheus endpoint host:port, or off\n"
             "  -M, --map-size MIB     LMDB map size in MiB (default 1024)\n"
+            "  -N, --new-cluster      first start of a brand-new cluster: an empty data\n"
+            "                         directory is the truth (without it, an empty\n"
+            "                         directory recovers its state from the others)\n"
             "  -h, --help             this text\n"
             "  -V, --version          print the version\n"
             "Environment: FLOWKV_FABRIC overrides the file's fabric, FLOWKV_LOG the level.\n",
@@ -67,7 +77,7 @@ static int srv__collect(int argc, char **argv, struct srv__flags *f, struct srv_
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:i:p:f:d:D:l:m:M:hV", srv__longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:i:p:f:d:D:l:m:M:NhV", srv__longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             f->config = optarg;
@@ -95,6 +105,9 @@ static int srv__collect(int argc, char **argv, struct srv__flags *f, struct srv_
             break;
         case 'M':
             f->map_size = optarg;
+            break;
+        case 'N':
+            o->new_cluster = 1;
             break;
         case 'h':
             o->show_help = 1;

@@ -12,6 +12,7 @@
  *     -l, --log-level L        error | warn | info | debug | trace
  *     -m, --metrics ADDR       host:port of the Prometheus endpoint, or "off"
  *     -M, --map-size MIB       LMDB map size in MiB (default 1024)
+ *     -N, --new-cluster        first start of a new cluster (FRESH, not EMPTY)
  *     -h, --help / -V, --version
  *
  * Precedence: flag > file > built-in default. FLOWKV_FABRIC in the
@@ -36,6 +37,7 @@ struct srv_opts {
     uint32_t id;                    /* this replica */
     enum fk_log_level log_level;
     uint64_t map_size; /* bytes */
+    int new_cluster;   /* --new-cluster: an empty data directory starts FRESH */
     int show_help;     /* --help was given: print srv_opts_usage, exit 0 */
     int show_version;  /* --version was given */
 };

@@ -691,6 +691,10 @@ static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
         /* One blocking loop iteration (one epoll_wait: the kernel wakes us
          * with the data), bounded by a timer in slices of at most 10 ms. */
         uint64_t ms = (deadline - now + FK_NSEC_PER_MSEC - 1) / FK_NSEC_PER_MSEC;
+        /* The loop's cached time may be old: a timer due by it would fire
+         * in uv_run's first timer pass, leaving the poll with no timeout
+         * (epoll_wait(-1)) and an idle node blocked forever. */
+        uv_update_time(&n->loop);
         uv_timer_start(&n->drive_timer, on_drive_timer, ms < 10 ? ms : 10, 0);
         uv_run(&n->loop, UV_RUN_ONCE);
     }

@@ -1,0 +1,114 @@
+/*
+ * fkc_proto.h: the contract between libflowkv and flowkv-server: which
+ * flows a replica hosts, and the bytes that travel on them.
+ *
+ * Every flow is declared by the replica that hosts it (its "home"), so a
+ * replica depends on no other process to come up, and a dead replica takes
+ * only its own flows with it (DESIGN.md: no single point of failure). For
+ * replica i, whose node listens at the cluster file's [node i] address:
+ *
+ *   kv.peer.<i>   shuffle, latency mode, N:1, no declared sources: the
+ *                 other replicas join as sources (FLOW_ANY) and send
+ *                 protocol messages as flow_msg messages (from = their id).
+ *   kv.req.<i>    shuffle, latency mode, N:1, no declared sources: clients
+ *                 join as sources (DFI's N:1 shuffle of requests, paper
+ *                 Figure 3) and send flow_msg messages: dst = client id,
+ *                 from = the client's target index in kv.reply.<i>, body =
+ *                 one fkc_kind byte and the request.
+ *   kv.reply.<i>  shuffle, latency mode, 1:N, source 0 = replica i, no
+ *                 declared targets: clients join as targets (elastic
+ *                 membership) and replica i pushes each reply to the target
+ *                 index its client named (a shuffle keyed by client id).
+ *   kv.oum        NOPaxos only: the ordered unreliable multicast (NOPaxos
+ *                 section 3) as an ordered replicate flow, latency mode,
+ *                 targets = every replica (index = replica id), clients
+ *                 join as sources; the sequencer is a fetch-and-add counter
+ *                 on the first live node of the cluster file's sequencers
+ *                 list (DFI section 5.4). One tuple = one request
+ *                 (struct fkc_oum + an encoded cons op), so that a global
+ *                 sequence number names one whole request. Declared by the
+ *                 first replica that finds every replica up; every target
+ *                 node stores the declaration afterwards.
+ *
+ * Message bodies (little-endian, like every cons wire message):
+ *   request  = u8 kind, then: FKC_OP: the protocol's client request
+ *              (mpx_encode_request); FKC_STATUS: nothing.
+ *   reply    = u8 kind, then: FKC_OP: the protocol's reply message
+ *              (mpx_decode_reply / nop_decode_reply read it); FKC_STATUS:
+ *              struct fkc_status.
+ *
+ * Exactly-once (cons.h client table): a client id has at most one request
+ * outstanding, numbered 1, 2, ...; a pipelining client uses one client id
+ * per pipeline slot. Ids are random 64-bit numbers, never 0.
+ */
+#ifndef FKC_PROTO_H
+#define FKC_PROTO_H
+
+#include "cons.h"
+#include "cons_wire.h"
+
+#include <stdint.h>
+
+/* Per-replica flow names are these prefixes followed by the replica id. */
+#define FKC_FLOW_PEER  "kv.peer."
+#define FKC_FLOW_REQ   "kv.req."
+#define FKC_FLOW_REPLY "kv.reply."
+#define FKC_FLOW_OUM   "kv.oum"
+
+/* Fragment tuple sizes (flow_msg_schema): a small put or get fits one
+ * fragment of a request or reply; protocol messages between replicas
+ * (batches of operations, snapshots) are cut into larger fragments. */
+#define FKC_REQ_TUPLE   512
+#define FKC_REPLY_TUPLE 512
+#define FKC_PEER_TUPLE  2048
+
+/* Bounds on the flows (STYLE.md point 11). */
+#define FKC_CLIENTS_MAX 64 /* client sources per replica (kv.req, kv.oum) */
+#define FKC_REPLY_MAX   16 /* client targets per replica (kv.reply), FLOW_TARGETS_MAX */
+#define FKC_MSG_MAX     CONS_MSG_MAX
+
+enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2 };
+
+#define FKC_NO_TARGET 0xffffffffu
+
+/* The header of a kv.oum tuple (48 bytes), followed by `len` bytes of one
+ * cons op (cons_wire_put_op). reply_to[i] is the client's target index in
+ * kv.reply.<i>, FKC_NO_TARGET when it has none there. */
+struct fkc_oum {
+    uint64_t client_id;
+    uint32_t len;
+    uint32_t pad;
+    uint32_t reply_to[CONS_REPLICAS_MAX];
+    uint32_t pad2;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fkc_oum) == 48, "oum header is 48 bytes");
+
+/* One kv.oum tuple holds the largest operation. */
+#define FKC_OUM_TUPLE ((sizeof(struct fkc_oum) + CONS_WIRE_OP_MAX + 7) / 8 * 8)
+
+/* A replica's answer to FKC_STATUS (what `flowkv status` prints). */
+enum fkc_role {
+    FKC_ROLE_FOLLOWER = 1,
+    FKC_ROLE_CANDIDATE = 2,
+    FKC_ROLE_LEADER = 3,
+    FKC_ROLE_RECOVERING = 4,
+    FKC_ROLE_VIEW_CHANGE = 5,
+};
+
+struct fkc_status {
+    uint32_t id;       /* replica id */
+    uint8_t protocol;  /* enum cons_proto */
+    uint8_t role;      /* enum fkc_role */
+    uint8_t fabric[6]; /* "tcp", "verbs", NUL padded */
+    uint32_t pad0;
+    uint64_t term;   /* ballot (Multi-Paxos) or view (NOPaxos: leader_num << 32 | session_num) */
+    uint32_t leader; /* replica believed to lead, or FKC_NO_TARGET */
+    uint32_t pad;
+    uint64_t commit;  /* highest committed log index */
+    uint64_t applied; /* highest applied log index */
+    uint64_t last;    /* highest log index held */
+    uint64_t uptime_ns;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fkc_status) == 64, "status is 64 bytes");
+
+#endif /* FKC_PROTO_H */

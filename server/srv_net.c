@@ -1,0 +1,518 @@
+/*
+ * srv_net.c: a replica's flows; see srv_net.h and client/fkc_proto.h.
+ *
+ * Two threads touch flows here. The event loop (the handle's owner)
+ * consumes every flow the replica hosts and pushes to peers and clients.
+ * A connector thread does what may block for seconds when a node is down
+ * or cut off (a flow_source_open towards a peer asks other nodes for the
+ * declaration and connects; NOPaxos' kv.oum is declared once every replica
+ * answers): it opens handles and passes them to the loop through one
+ * atomic pointer per handle (flow_*_adopt), so the loop never waits for an
+ * unreachable node.
+ */
+#include "srv_net.h"
+
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+#include "fkc_proto.h"
+#include "flow.h"
+#include "flow_msg.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Client id -> reply target index: open addressing, 2 * FKC... rows. A row
+ * is overwritten when its probe run is full: the worst case is a reply
+ * sent to a stale index, which its new owner ignores (client ids differ). */
+#define CMAP_SLOTS 8192
+#define CMAP_PROBE 16
+
+struct cmap_row {
+    uint64_t client_id;
+    uint32_t target;
+};
+
+struct peer {
+    flow_source *src; /* owned by the loop once adopted */
+    struct flow_msg_tx tx;
+    flow_source *ready; /* atomic: opened by the connector, not yet adopted */
+    int want;           /* atomic: the connector should open one */
+};
+
+struct srv_net {
+    const struct fk_cluster_conf *cluster;
+    uint32_t id, n;
+    enum cons_proto proto;
+    flow_node *node;
+    flow_target *peer_t, *req_t, *oum_t;
+    flow_target *oum_ready; /* atomic, from the connector */
+    struct flow_msg_rx *peer_rx, *req_rx;
+    flow_source *reply_s;
+    struct flow_msg_tx reply_tx;
+    struct peer peers[CONS_REPLICAS_MAX];
+    struct cmap_row *cmap;
+    uint8_t *stage; /* kind byte + reply, for srv_net_to_client */
+    unsigned turn;
+    struct srv_net_stats st;
+    pthread_t connector;
+    int stop;             /* atomic */
+    uint32_t session;     /* sequencer session this node hosts, 0 = none */
+    uint32_t seq_session; /* the session to start (srv_net_conf.session) */
+};
+
+/* ---- client map ------------------------------------------------------------ */
+
+static uint32_t cmap_hash(uint64_t id)
+{
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdULL;
+    id ^= id >> 33;
+    return (uint32_t)(id & (CMAP_SLOTS - 1));
+}
+
+static void cmap_put(struct srv_net *net, uint64_t client_id, uint32_t target)
+{
+    uint32_t h = cmap_hash(client_id);
+    for (uint32_t i = 0; i < CMAP_PROBE; i++) {
+        struct cmap_row *r = &net->cmap[(h + i) & (CMAP_SLOTS - 1)];
+        if (r->client_id == client_id || r->client_id == 0) {
+            r->client_id = client_id;
+            r->target = target;
+            return;
+        }
+    }
+    net->cmap[h] = (struct cmap_row){client_id, target};
+}
+
+static int cmap_get(const struct srv_net *net, uint64_t client_id, uint32_t *target)
+{
+    uint32_t h = cmap_hash(client_id);
+    for (uint32_t i = 0; i < CMAP_PROBE; i++) {
+        const struct cmap_row *r = &net->cmap[(h + i) & (CMAP_SLOTS - 1)];
+        if (r->client_id == client_id) {
+            *target = r->target;
+            return 0;
+        }
+        if (r->client_id == 0)
+            break;
+    }
+    return FK_ENOTFOUND;
+}
+
+/* ---- the connector thread ---------------------------------------------------- */
+
+static void flow_name(char *buf, size_t cap, const char *prefix, uint32_t id)
+{
+    snprintf(buf, cap, "%s%u", prefix, id);
+}
+
+static void connect_peers(struct srv_net *net)
+{
+    for (uint32_t j = 0; j < net->n; j++) {
+        struct peer *p = &net->peers[j];
+        if (j == net->id || !__atomic_load_n(&p->want, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) != NULL)
+            continue;
+        char name[FLOW_NAME_MAX];
+        flow_name(name, sizeof(name), FKC_FLOW_PEER, j);
+        flow_source *s;
+        int rc = flow_source_open(net->node, name, FLOW_ANY, SRV_NET_OPEN_NS, &s);
+        if (rc < 0) {
+            fk_debug("net", "peer %u not reachable yet: %s", j, fk_strerror(rc));
+            continue;
+        }
+        flow_source_set_timeout(s, SRV_NET_PUSH_NS);
+        __atomic_store_n(&p->want, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&p->ready, s, __ATOMIC_RELEASE);
+        fk_info("net", "connected to replica %u", j);
+    }
+}
+
+static void connect_oum(struct srv_net *net)
+{
+    if (net->oum_t != NULL || __atomic_load_n(&net->oum_ready, __ATOMIC_ACQUIRE) != NULL)
+        return;
+    const struct fk_cluster_conf *c = net->cluster;
+    uint32_t seq_node = c->n_sequencers > 0 ? c->sequencers[0] : 0;
+    struct flow_schema sc;
+    struct flow_column col[2] = {{"client", FLOW_UINT64, 0},
+                                 {"body", FLOW_BYTES, FKC_OUM_TUPLE - 8}};
+    int rc = flow_schema_init(&sc, col, 2, "client");
+    assert(rc == 0);
+    const char *targets[CONS_REPLICAS_MAX];
+    for (uint32_t i = 0; i < net->n; i++)
+        targets[i] = c->nodes[i].address;
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_REPLICATE, FLOW_LATENCY);
+    o.ordered = 1;
+    o.max_sources = FKC_CLIENTS_MAX;
+    snprintf(o.sequencer, sizeof(o.sequencer), "%s", c->nodes[seq_node].address);
+    rc = flow_declare(net->node, FKC_FLOW_OUM, &sc, 0, targets, (int)net->n, &o);
+    if (rc < 0 && rc != FK_EEXIST) {
+        fk_debug("net", "kv.oum not declared yet: %s", fk_strerror(rc));
+        return;
+    }
+    if (seq_node == net->id && net->session == 0) {
+        uint32_t session = net->seq_session;
+        rc = flow_sequencer_start(net->node, FKC_FLOW_OUM, session);
+        if (rc < 0) {
+            fk_warn("net", "cannot start the sequencer: %s", fk_strerror(rc));
+            return;
+        }
+        net->session = session;
+        fk_info("net", "sequencer started, session %u", session);
+    }
+    flow_target *t;
+    rc = flow_target_open(net->node, FKC_FLOW_OUM, (int)net->id, &t);
+    if (rc < 0) {
+        fk_debug("net", "kv.oum target not open yet: %s", fk_strerror(rc));
+        return;
+    }
+    __atomic_store_n(&net->oum_ready, t, __ATOMIC_RELEASE);
+    fk_info("net", "joined the ordered multicast (kv.oum)");
+}
+
+static void *connector_main(void *arg)
+{
+    struct srv_net *net = arg;
+    while (!__atomic_load_n(&net->stop, __ATOMIC_ACQUIRE)) {
+        connect_peers(net);
+        if (net->proto == CONS_PROTO_NOP)
+            connect_oum(net);
+        fk_sleep_ns(SRV_NET_RETRY_NS / 4);
+    }
+    return NULL;
+}
+
+/* ---- open and close ----------------------------------------------------------- */
+
+static int declare_own(struct srv_net *net)
+{
+    const char *self = net->cluster->nodes[net->id].address;
+    char name[FLOW_NAME_MAX];
+    struct flow_schema sc;
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_sources = CONS_REPLICAS_MAX;
+    int rc = flow_msg_schema(&sc, FKC_PEER_TUPLE);
+    flow_name(name, sizeof(name), FKC_FLOW_PEER, net->id);
+    if (rc == 0)
+        rc = flow_declare(net->node, name, &sc, 0, &self, 1, &o);
+    o.max_sources = FKC_CLIENTS_MAX;
+    if (rc == 0)
+        rc = flow_msg_schema(&sc, FKC_REQ_TUPLE);
+    flow_name(name, sizeof(name), FKC_FLOW_REQ, net->id);
+    if (rc == 0)
+        rc = flow_declare(net->node, name, &sc, 0, &self, 1, &o);
+    o.max_sources = 1;
+    o.max_targets = FKC_REPLY_MAX;
+    if (rc == 0)
+        rc = flow_msg_schema(&sc, FKC_REPLY_TUPLE);
+    flow_name(name, sizeof(name), FKC_FLOW_REPLY, net->id);
+    if (rc == 0)
+        rc = flow_declare(net->node, name, &sc, 1, NULL, 0, &o);
+    return rc;
+}
+
+static int open_own(struct srv_net *net)
+{
+    char name[FLOW_NAME_MAX];
+    flow_name(name, sizeof(name), FKC_FLOW_PEER, net->id);
+    int rc = flow_target_open(net->node, name, 0, &net->peer_t);
+    if (rc < 0)
+        return rc;
+    net->peer_rx = flow_msg_rx_create(net->peer_t, FKC_PEER_TUPLE, CONS_REPLICAS_MAX, FKC_MSG_MAX);
+    flow_name(name, sizeof(name), FKC_FLOW_REQ, net->id);
+    rc = flow_target_open(net->node, name, 0, &net->req_t);
+    if (rc < 0)
+        return rc;
+    net->req_rx = flow_msg_rx_create(net->req_t, FKC_REQ_TUPLE, FKC_CLIENTS_MAX,
+                                     1 + CONS_WIRE_OP_MAX + sizeof(struct cons_wire_hdr));
+    if (net->peer_rx == NULL || net->req_rx == NULL)
+        return FK_ENOMEM;
+    flow_name(name, sizeof(name), FKC_FLOW_REPLY, net->id);
+    rc = flow_source_open(net->node, name, 0, SRV_NET_OPEN_NS, &net->reply_s);
+    if (rc < 0)
+        return rc;
+    flow_source_set_timeout(net->reply_s, SRV_NET_PUSH_NS);
+    return flow_msg_tx_init(&net->reply_tx, net->reply_s, FKC_REPLY_TUPLE);
+}
+
+int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
+{
+    const struct fk_cluster_conf *c = conf->cluster;
+    if (c->n_nodes < 1 || c->n_nodes > CONS_REPLICAS_MAX || conf->id >= c->n_nodes)
+        return FK_EINVAL;
+    struct srv_net *net = calloc(1, sizeof(*net));
+    if (net == NULL)
+        return FK_ENOMEM;
+    net->cluster = c;
+    net->id = conf->id;
+    net->n = c->n_nodes;
+    net->proto = conf->proto;
+    net->seq_session = conf->session;
+    net->cmap = calloc(CMAP_SLOTS, sizeof(*net->cmap));
+    net->stage = malloc(1 + FKC_MSG_MAX);
+    const struct fk_node_conf *self = &c->nodes[conf->id];
+    struct flow_node_config nc;
+    flow_node_config_default(&nc);
+    nc.fabric.host = self->ip;
+    nc.fabric.port = self->port;
+    nc.fabric.device = self->rdma_device[0] ? self->rdma_device : NULL;
+    nc.fabric.backend = self->fabric == FK_FABRIC_TCP     ? FAB_BACKEND_TCP
+                        : self->fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
+                                                          : FAB_BACKEND_AUTO;
+    int rc = net->cmap && net->stage ? flow_node_create(&nc, &net->node) : FK_ENOMEM;
+    for (uint32_t j = 0; rc == 0 && j < net->n; j++)
+        if (j != net->id)
+            rc = flow_node_add_peer(net->node, c->nodes[j].address);
+    if (rc == 0)
+        rc = declare_own(net);
+    if (rc == 0)
+        rc = open_own(net);
+    for (uint32_t j = 0; j < net->n; j++)
+        net->peers[j].want = j != net->id;
+    if (rc == 0 && pthread_create(&net->connector, NULL, connector_main, net) != 0)
+        rc = FK_ENOMEM;
+    if (rc < 0) {
+        net->connector = 0;
+        srv_net_close(net);
+        return rc;
+    }
+    *out = net;
+    return 0;
+}
+
+static void close_source(flow_source *s, struct flow_msg_tx *tx)
+{
+    flow_source_adopt(s);
+    flow_source_set_timeout(s, SRV_NET_PUSH_NS);
+    if (tx != NULL && tx->src == s)
+        flow_msg_tx_free(tx);
+    flow_source_close(s);
+}
+
+void srv_net_close(struct srv_net *net)
+{
+    if (net == NULL)
+        return;
+    if (net->connector) {
+        __atomic_store_n(&net->stop, 1, __ATOMIC_RELEASE);
+        pthread_join(net->connector, NULL);
+    }
+    for (uint32_t j = 0; j < CONS_REPLICAS_MAX; j++) {
+        struct peer *p = &net->peers[j];
+        if (p->src != NULL)
+            close_source(p->src, &p->tx);
+        if (p->ready != NULL)
+            close_source(p->ready, NULL);
+    }
+    if (net->reply_s != NULL)
+        close_source(net->reply_s, &net->reply_tx);
+    flow_msg_rx_destroy(net->peer_rx);
+    flow_msg_rx_destroy(net->req_rx);
+    flow_target *oum = net->oum_t ? net->oum_t : net->oum_ready;
+    if (oum != NULL) {
+        flow_target_adopt(oum);
+        flow_target_close(oum);
+    }
+    if (net->peer_t != NULL)
+        flow_target_close(net->peer_t);
+    if (net->req_t != NULL)
+        flow_target_close(net->req_t);
+    if (net->node != NULL)
+        flow_node_destroy(net->node);
+    free(net->cmap);
+    free(net->stage);
+    free(net);
+}
+
+const char *srv_net_fabric(const struct srv_net *net)
+{
+    return flow_node_backend(net->node);
+}
+
+int srv_net_oum_ready(const struct srv_net *net)
+{
+    return net->proto != CONS_PROTO_NOP || net->oum_t != NULL;
+}
+
+void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st)
+{
+    *st = net->st;
+    st->flow_bytes = flow_node_memory(net->node);
+}
+
+/* ---- the event loop's side -------------------------------------------------------- */
+
+void srv_net_tick(struct srv_net *net, uint64_t now)
+{
+    (void)now;
+    for (uint32_t j = 0; j < net->n; j++) {
+        struct peer *p = &net->peers[j];
+        flow_source *s = __atomic_exchange_n(&p->ready, NULL, __ATOMIC_ACQ_REL);
+        if (s == NULL)
+            continue;
+        flow_source_adopt(s);
+        if (p->src != NULL)
+            close_source(p->src, &p->tx);
+        p->src = s;
+        if (flow_msg_tx_init(&p->tx, s, FKC_PEER_TUPLE) < 0) {
+            close_source(s, NULL);
+            p->src = NULL;
+            __atomic_store_n(&p->want, 1, __ATOMIC_RELEASE);
+        }
+    }
+    if (net->oum_t == NULL) {
+        flow_target *t = __atomic_exchange_n(&net->oum_ready, NULL, __ATOMIC_ACQ_REL);
+        if (t != NULL) {
+            flow_target_adopt(t);
+            net->oum_t = t;
+        }
+    }
+}
+
+int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t len)
+{
+    if (to >= net->n || to == net->id)
+        return FK_EINVAL;
+    struct peer *p = &net->peers[to];
+    if (p->src == NULL) {
+        net->st.dropped++;
+        return FK_EUNREACHABLE;
+    }
+    int rc = flow_msg_send(&p->tx, 0, to, net->id, buf, len);
+    if (rc == FK_ECLOSED || rc == FK_EUNREACHABLE) {
+        /* The peer went away: reopen from the connector (a restarted peer
+         * has a new ring for us). */
+        close_source(p->src, &p->tx);
+        p->src = NULL;
+        __atomic_store_n(&p->want, 1, __ATOMIC_RELEASE);
+    }
+    if (rc < 0) {
+        net->st.dropped++;
+        return rc;
+    }
+    net->st.out_peer++;
+    return 0;
+}
+
+int srv_net_to_client(struct srv_net *net, uint64_t client_id, uint8_t kind, const void *buf,
+                      size_t len)
+{
+    uint32_t target;
+    if (cmap_get(net, client_id, &target) < 0 || target == FKC_NO_TARGET)
+        return FK_ENOTFOUND;
+    if (len > FKC_MSG_MAX)
+        return FK_ETOOBIG;
+    net->stage[0] = kind;
+    memcpy(net->stage + 1, buf, len);
+    int rc = flow_msg_send(&net->reply_tx, (int)target, client_id, net->id, net->stage, len + 1);
+    if (rc < 0) {
+        net->st.dropped++;
+        return rc;
+    }
+    net->st.out_client++;
+    return 0;
+}
+
+/* ---- receiving ------------------------------------------------------------------------- */
+
+static int next_peer(struct srv_net *net, struct srv_in *in)
+{
+    struct flow_msg m;
+    int rc = flow_msg_recv(net->peer_rx, &m, 0);
+    if (rc < 0)
+        return rc;
+    if (m.from >= net->n || m.from == net->id)
+        return FK_EMALFORMED;
+    *in = (struct srv_in){.kind = SRV_IN_PEER, .from = m.from, .buf = m.buf, .len = m.len};
+    net->st.in_peer++;
+    return 0;
+}
+
+static int next_request(struct srv_net *net, struct srv_in *in)
+{
+    struct flow_msg m;
+    int rc = flow_msg_recv(net->req_rx, &m, 0);
+    if (rc < 0)
+        return rc;
+    if (m.len < 1 || m.dst == 0 || (m.buf[0] != FKC_OP && m.buf[0] != FKC_STATUS))
+        return FK_EMALFORMED;
+    cmap_put(net, m.dst, m.from);
+    *in = (struct srv_in){.kind = m.buf[0] == FKC_OP ? SRV_IN_REQUEST : SRV_IN_STATUS,
+                          .client_id = m.dst,
+                          .buf = m.buf + 1,
+                          .len = m.len - 1};
+    net->st.in_req++;
+    return 0;
+}
+
+static int next_oum(struct srv_net *net, struct srv_in *in)
+{
+    if (net->oum_t == NULL)
+        return FK_ETIMEDOUT;
+    struct flow_item it;
+    int rc = flow_consume(net->oum_t, &it, 0);
+    if (rc == FK_EGAP) {
+        *in = (struct srv_in){.kind = SRV_IN_OUM_DROP, .seq = it.seq, .session = it.session};
+        net->st.in_drop++;
+        return 0;
+    }
+    if (rc == FK_ESESSION) /* the core learns it from the next message's session */
+        return FK_EAGAIN;
+    if (rc < 0)
+        return rc;
+    struct fkc_oum h;
+    memcpy(&h, it.tuple, sizeof(h));
+    if (h.client_id == 0 || h.len == 0 || h.len > FKC_OUM_TUPLE - sizeof(h))
+        return FK_EMALFORMED;
+    cmap_put(net, h.client_id, h.reply_to[net->id]);
+    *in = (struct srv_in){.kind = SRV_IN_OUM,
+                          .client_id = h.client_id,
+                          .buf = (const uint8_t *)it.tuple + sizeof(h),
+                          .len = h.len,
+                          .seq = it.seq,
+                          .session = it.session};
+    net->st.in_oum++;
+    return 0;
+}
+
+/* One pass over every flow, starting at a rotating one so that a busy
+ * flow cannot starve the others. */
+static int poll_once(struct srv_net *net, struct srv_in *in)
+{
+    for (unsigned i = 0; i < 3; i++) {
+        unsigned which = (net->turn + i) % 3;
+        int rc = which == 0   ? next_peer(net, in)
+                 : which == 1 ? next_request(net, in)
+                              : next_oum(net, in);
+        if (rc == 0) {
+            net->turn = which + 1;
+            return 0;
+        }
+        if (rc == FK_EMALFORMED)
+            fk_debug("net", "dropped a malformed message");
+    }
+    return FK_ETIMEDOUT;
+}
+
+int srv_net_next(struct srv_net *net, struct srv_in *in, uint64_t timeout_ns)
+{
+    uint64_t deadline = 0;
+    for (;;) {
+        uint64_t bell = flow_node_doorbell(net->node);
+        if (poll_once(net, in) == 0)
+            return 0;
+        uint64_t now = fk_now_ns();
+        if (deadline == 0)
+            deadline = now + timeout_ns;
+        if (now >= deadline)
+            return FK_ETIMEDOUT;
+        flow_node_wait(net->node, bell, deadline - now);
+    }
+}

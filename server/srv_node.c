@@ -1,0 +1,529 @@
+/* srv_node.c: one replica's event loop; see srv_node.h. */
+#include "srv_node.h"
+
+#include "cons_wire.h"
+#include "fk_error.h"
+#include "fk_hist.h"
+#include "fk_log.h"
+#include "fk_metrics.h"
+#include "fk_time.h"
+#include "fkc_proto.h"
+#include "kv_sm.h"
+#include "kv_store.h"
+#include "mpx.h"
+#include "nop.h"
+#include "srv_disk.h"
+#include "srv_http.h"
+#include "srv_net.h"
+#include "srv_notify.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+/* Requests waiting for their reply, for the per-operation latency
+ * histograms: indexed by client id hash; a collision forgets the older
+ * request (its latency is not recorded, nothing else changes). */
+#define PEND_SLOTS 4096
+
+struct pend {
+    uint64_t client_id;
+    uint64_t t0;
+    uint8_t type;
+};
+
+struct srv_node {
+    struct srv_opts o;
+    enum cons_proto proto;
+    uint32_t id, n;
+    struct kv_store *store;
+    struct kv_sm sm;
+    struct srv_disk *disk;
+    struct mpx *mpx;
+    struct nop *nop;
+    struct srv_net *net;
+    uint64_t fed;       /* highest cookie fed as CONS_IN_PERSISTED */
+    uint64_t next_tick; /* monotonic ns */
+    uint64_t start_ns;
+    uint64_t last_term;
+    volatile sig_atomic_t stop;
+    struct cons_op op; /* decode scratch for OUM requests */
+    uint8_t *oum_buf;  /* encode scratch: a stamped OUM message */
+    struct pend *pend;
+    /* metrics, served on this thread by srv_http */
+    uv_loop_t loop;
+    struct srv_http *http;
+    struct fk_metrics metrics;
+    struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
+    struct fk_hist lat[CONS_OP__COUNT], commit_lat;
+};
+
+static const char *const op_names[CONS_OP__COUNT] = {"noop", "get", "put", "del", "cas", "scan"};
+
+/* ---- status -------------------------------------------------------------------- */
+
+static void fill_status(struct srv_node *n, struct fkc_status *st)
+{
+    memset(st, 0, sizeof(*st));
+    st->id = n->id;
+    st->protocol = (uint8_t)n->proto;
+    snprintf((char *)st->fabric, sizeof(st->fabric), "%s", srv_net_fabric(n->net));
+    st->uptime_ns = fk_now_ns() - n->start_ns;
+    if (n->mpx != NULL) {
+        struct mpx_status ms;
+        mpx_status(n->mpx, &ms);
+        st->role = ms.role; /* enum mpx_role matches enum fkc_role 1..4 */
+        st->term = ms.promised;
+        st->leader = ms.leader;
+        st->commit = ms.commit;
+        st->applied = ms.applied;
+        st->last = ms.last;
+    } else {
+        struct nop_stat ns;
+        nop_status(n->nop, &ns);
+        st->role = ns.status == NOP_RECOVERING   ? FKC_ROLE_RECOVERING
+                   : ns.status == NOP_VIEWCHANGE ? FKC_ROLE_VIEW_CHANGE
+                   : ns.is_leader                ? FKC_ROLE_LEADER
+                                                 : FKC_ROLE_FOLLOWER;
+        st->term = (uint64_t)ns.view.leader_num << 32 | ns.view.session;
+        st->leader = ns.view.leader_num % n->n;
+        st->commit = ns.commit;
+        st->applied = ns.executed;
+        st->last = ns.log_len;
+    }
+}
+
+/* ---- the outbox ------------------------------------------------------------------- */
+
+static void note_reply(struct srv_node *n, uint64_t client_id)
+{
+    struct pend *p = &n->pend[client_id % PEND_SLOTS];
+    if (p->client_id != client_id)
+        return;
+    fk_hist_record(&n->lat[p->type], fk_now_ns() - p->t0);
+    p->client_id = 0;
+}
+
+static void note_request(struct srv_node *n, uint64_t client_id, uint8_t type)
+{
+    if (type >= CONS_OP__COUNT)
+        return;
+    n->pend[client_id % PEND_SLOTS] = (struct pend){client_id, fk_now_ns(), type};
+    fk_metric_add(n->m_req[type], 1);
+}
+
+/* Persists the outbox's items into the open transaction and sends its
+ * messages. A persist failure is fatal (srv_disk.h failure rule). */
+static int drain(struct srv_node *n, const struct cons_outbox *ob)
+{
+    int rc = srv_disk_persist(n->disk, ob->persists, ob->npersists);
+    if (rc < 0)
+        return rc;
+    for (uint32_t i = 0; i < ob->nmsgs; i++) {
+        const struct cons_out_msg *m = &ob->msgs[i];
+        if (m->to.kind == CONS_ADDR_REPLICA) {
+            srv_net_to_peer(n->net, (uint32_t)m->to.id, m->buf, m->len);
+        } else if (m->to.kind == CONS_ADDR_CLIENT) {
+            note_reply(n, m->to.id);
+            srv_net_to_client(n->net, m->to.id, FKC_OP, m->buf, m->len);
+        }
+    }
+    if (ob->dropped)
+        fk_metric_add(n->m_dropped, ob->dropped);
+    return 0;
+}
+
+static int step(struct srv_node *n, const struct cons_input *in)
+{
+    struct cons_outbox *ob = NULL;
+    uint64_t now = fk_now_ns();
+    int rc = n->mpx ? mpx_step(n->mpx, in, now, &ob) : nop_step(n->nop, in, now, &ob);
+    if (rc == FK_EMALFORMED) {
+        fk_metric_add(n->m_malformed, 1);
+        return 0; /* ignored by the core; the sender is untrusted */
+    }
+    if (rc < 0)
+        return rc;
+    return drain(n, ob);
+}
+
+/* ---- inputs ------------------------------------------------------------------------ */
+
+/* A NOPaxos request off kv.oum: decoded, then stamped with the sequencer's
+ * session and number as the core's OUM message. */
+static int feed_oum(struct srv_node *n, const struct srv_in *in)
+{
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, in->buf, in->len);
+    int len;
+    if (in->kind == SRV_IN_OUM_DROP) {
+        fk_metric_add(n->m_gaps, 1);
+        len = nop_encode_oum_drop(n->oum_buf, FKC_OUM_TUPLE * 2, in->session, in->seq);
+    } else {
+        if (cons_wire_get_op(&r, &n->op) < 0 || n->op.client_id != in->client_id) {
+            fk_metric_add(n->m_malformed, 1);
+            return 0;
+        }
+        note_request(n, n->op.client_id, n->op.type);
+        len = nop_encode_oum_request(n->oum_buf, FKC_OUM_TUPLE * 2, in->session, in->seq, &n->op);
+    }
+    if (len < 0)
+        return 0;
+    struct cons_input ci = {
+        .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = n->oum_buf, .len = (size_t)len};
+    return step(n, &ci);
+}
+
+/* The op type of a Multi-Paxos client request, for metrics only. */
+static uint8_t request_type(const uint8_t *buf, size_t len)
+{
+    size_t at = sizeof(struct cons_wire_hdr) + offsetof(struct cons_wire_op, type);
+    return len > at ? buf[at] : CONS_OP__COUNT;
+}
+
+static int feed(struct srv_node *n, const struct srv_in *in)
+{
+    struct cons_input ci = {.kind = CONS_IN_MSG, .buf = in->buf, .len = in->len};
+    switch (in->kind) {
+    case SRV_IN_PEER:
+        ci.from = cons_replica(in->from);
+        return step(n, &ci);
+    case SRV_IN_REQUEST:
+        if (n->mpx == NULL) {
+            fk_metric_add(n->m_malformed, 1); /* NOPaxos requests go through kv.oum */
+            return 0;
+        }
+        note_request(n, in->client_id, request_type(in->buf, in->len));
+        ci.from = cons_client(in->client_id);
+        return step(n, &ci);
+    case SRV_IN_STATUS: {
+        struct fkc_status st;
+        fill_status(n, &st);
+        srv_net_to_client(n->net, in->client_id, FKC_STATUS, &st, sizeof(st));
+        return 0;
+    }
+    case SRV_IN_OUM:
+    case SRV_IN_OUM_DROP:
+        return n->nop ? feed_oum(n, in) : 0;
+    }
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------------- */
+
+static int commit_batch(struct srv_node *n)
+{
+    uint64_t t0 = fk_now_ns(), durable = 0;
+    int rc = srv_disk_commit(n->disk, &durable);
+    fk_hist_record(&n->commit_lat, fk_now_ns() - t0);
+    if (rc < 0)
+        return rc;
+    if (durable <= n->fed)
+        return 0;
+    n->fed = durable;
+    struct cons_input ci = {.kind = CONS_IN_PERSISTED, .cookie = durable};
+    rc = kv_write_begin(n->store);
+    if (rc == 0)
+        rc = step(n, &ci);
+    return rc < 0 ? rc : 1; /* 1: a transaction is open */
+}
+
+static void observe_term(struct srv_node *n)
+{
+    struct fkc_status st;
+    fill_status(n, &st);
+    if (st.term != n->last_term) {
+        if (n->last_term != 0)
+            fk_metric_add(n->m_views, 1);
+        fk_info("node", "%s %llu, role %u, leader %u", n->mpx ? "ballot" : "view",
+                (unsigned long long)st.term, st.role, st.leader);
+        n->last_term = st.term;
+    }
+}
+
+/* One batch: inputs, a tick when due, one commit. */
+static int batch(struct srv_node *n, int txn_open)
+{
+    int rc = txn_open ? 0 : kv_write_begin(n->store);
+    uint64_t now = fk_now_ns();
+    uint64_t wait = n->next_tick > now ? n->next_tick - now : 0;
+    struct srv_in in;
+    for (int i = 0; rc == 0 && i < SRV_BATCH; i++) {
+        if (srv_net_next(n->net, &in, i == 0 ? wait : 0) < 0)
+            break;
+        rc = feed(n, &in);
+    }
+    now = fk_now_ns();
+    if (rc == 0 && now >= n->next_tick) {
+        n->next_tick = now + SRV_TICK_NS;
+        struct cons_input ci = {.kind = CONS_IN_TICK};
+        rc = step(n, &ci);
+        srv_net_tick(n->net, now);
+        uv_run(&n->loop, UV_RUN_NOWAIT);
+        observe_term(n);
+    }
+    if (rc < 0) {
+        srv_disk_abort(n->disk);
+        return rc;
+    }
+    return commit_batch(n);
+}
+
+int srv_node_run(struct srv_node *n)
+{
+    srv_notify("READY=1\nSTATUS=serving");
+    fk_info("node", "replica %u serving (%s, %s fabric, %s durability)", n->id,
+            n->mpx ? "multipaxos" : "nopaxos", srv_net_fabric(n->net),
+            n->o.cluster.durability == FK_DURABLE_SYNC ? "sync" : "async");
+    int rc = 0, open = 0;
+    while (!n->stop && rc >= 0) {
+        rc = batch(n, open);
+        open = rc == 1;
+    }
+    srv_notify("STOPPING=1");
+    /* Drain: what was received is stepped and committed, and replies
+     * already produced go out; nothing new is taken once the deadline
+     * passes. */
+    uint64_t end = fk_now_ns() + SRV_DRAIN_NS / 20;
+    while (rc >= 0 && fk_now_ns() < end) {
+        rc = batch(n, open);
+        open = rc == 1;
+    }
+    if (open && rc >= 0)
+        rc = commit_batch(n) < 0 ? FK_ESTORAGE : 0;
+    if (rc < 0) {
+        fk_error("node", "stopping on a storage failure: %s (durable through cookie %llu)",
+                 fk_strerror(rc), (unsigned long long)srv_disk_durable(n->disk));
+        return rc;
+    }
+    return 0;
+}
+
+void srv_node_stop(struct srv_node *n)
+{
+    n->stop = 1;
+}
+
+/* ---- open and close ------------------------------------------------------------------- */
+
+static uint64_t gauge_commit(void *arg)
+{
+    struct fkc_status st;
+    fill_status(arg, &st);
+    return st.commit;
+}
+
+static uint64_t gauge_flow_bytes(void *arg)
+{
+    struct srv_net_stats st;
+    srv_net_stats(((struct srv_node *)arg)->net, &st);
+    return st.flow_bytes;
+}
+
+static int metrics_page(void *arg, const char *path, char *body, size_t cap, const char **ctype)
+{
+    struct srv_node *n = arg;
+    if (strcmp(path, "/metrics") != 0)
+        return -1;
+    *ctype = "text/plain; version=0.0.4";
+    return fk_metrics_render(&n->metrics, body, cap);
+}
+
+static void metrics_init(struct srv_node *n)
+{
+    struct fk_metrics *r = &n->metrics;
+    fk_metrics_init(r);
+    for (int t = CONS_OP_GET; t < CONS_OP__COUNT; t++) {
+        char label[32];
+        snprintf(label, sizeof(label), "op=\"%s\"", op_names[t]);
+        fk_hist_init(&n->lat[t]);
+        n->m_req[t] = fk_metrics_counter(r, "flowkv_requests_total", label,
+                                         "Client requests received, by operation");
+        fk_metrics_summary(r, "flowkv_request_seconds", label,
+                           "Time from a request's arrival to this replica's reply", &n->lat[t]);
+    }
+    n->m_req[CONS_OP_NOOP] = n->m_req[CONS_OP_GET];
+    fk_hist_init(&n->commit_lat);
+    fk_metrics_summary(r, "flowkv_lmdb_commit_seconds", "", "LMDB write transaction commits",
+                       &n->commit_lat);
+    fk_metrics_gauge_fn(r, "flowkv_commit_index", "", "Highest committed log index", gauge_commit,
+                        n);
+    fk_metrics_gauge_fn(r, "flowkv_flow_memory_bytes", "",
+                        "Bytes of flow memory this node holds (rings, staging, counters)",
+                        gauge_flow_bytes, n);
+    n->m_views = fk_metrics_counter(r, "flowkv_view_changes_total", "",
+                                    "Ballot (Multi-Paxos) or view (NOPaxos) changes seen");
+    n->m_gaps = fk_metrics_counter(r, "flowkv_oum_gaps_total", "",
+                                   "NOPaxos: sequence numbers reported missing (gap agreement)");
+    n->m_dropped = fk_metrics_counter(r, "flowkv_outbox_dropped_total", "",
+                                      "Protocol messages dropped because an outbox was full");
+    n->m_malformed =
+        fk_metrics_counter(r, "flowkv_malformed_total", "", "Messages rejected as malformed");
+}
+
+static int open_core(struct srv_node *n, char *err, size_t errcap)
+{
+    struct cons_sm sm = kv_sm_cons(&n->sm);
+    uint64_t seed = fk_now_ns() ^ ((uint64_t)getpid() << 32);
+    int rc = 0;
+    if (n->proto == CONS_PROTO_MPX) {
+        struct mpx_config c = {.n = n->n,
+                               .id = n->id,
+                               .log_cap = SRV_MPX_LOG,
+                               .window = 64,
+                               .batch_max = SRV_MPX_BATCH,
+                               .pending_max = 4096,
+                               .clients_max = SRV_CLIENTS_MAX,
+                               .snapshot_max = SRV_SNAPSHOT_MAX,
+                               .arena_bytes = CONS_MSG_MAX + (1u << 20),
+                               .tick_ns = SRV_TICK_NS,
+                               .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
+                               .election_ns = 300 * FK_NSEC_PER_MSEC,
+                               .seed = seed};
+        n->mpx = mpx_create(&c, sm, &rc);
+    } else {
+        struct nop_config c = {.n = n->n,
+                               .id = n->id,
+                               .log_cap = SRV_NOP_LOG,
+                               .clients_max = SRV_CLIENTS_MAX,
+                               .snapshot_max = SRV_SNAPSHOT_MAX,
+                               .arena_bytes = CONS_MSG_MAX + (1u << 20),
+                               .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
+                               .election_ns = 300 * FK_NSEC_PER_MSEC,
+                               .seed = seed};
+        n->nop = nop_create(&c, sm, &rc);
+    }
+    if (rc < 0 || (n->mpx == NULL && n->nop == NULL)) {
+        snprintf(err, errcap, "cannot create the protocol core: %s",
+                 fk_strerror(rc ? rc : FK_ENOMEM));
+        return rc ? rc : FK_ENOMEM;
+    }
+    int restored = 0;
+    rc = kv_write_begin(n->store);
+    if (rc == 0)
+        rc = n->mpx ? srv_disk_restore_mpx(n->disk, n->mpx, &restored)
+                    : srv_disk_restore_nop(n->disk, n->nop, &restored);
+    if (rc < 0) {
+        snprintf(err, errcap,
+                 "cannot restore from %s: %s (move the directory away to recover it from the other "
+                 "replicas)",
+                 n->o.cluster.nodes[n->id].data_dir, fk_strerror(rc));
+        srv_disk_abort(n->disk);
+        return rc;
+    }
+    int mode = restored ? 2 : n->o.new_cluster ? 1 : 3; /* RESTORED, FRESH, EMPTY in both cores */
+    _Static_assert(MPX_START_FRESH == 1 && NOP_START_FRESH == 1 && MPX_START_RESTORED == 2 &&
+                       NOP_START_RESTORED == 2 && MPX_START_EMPTY == 3 && NOP_START_EMPTY == 3,
+                   "start modes line up");
+    fk_info("node", "starting %s",
+            mode == 2   ? "from disk"
+            : mode == 1 ? "a new cluster"
+                        : "empty: recovering state from the other replicas");
+    struct cons_outbox *ob = NULL;
+    rc = n->mpx ? mpx_start(n->mpx, (enum mpx_start_mode)mode, fk_now_ns(), &ob)
+                : nop_start(n->nop, (enum nop_start_mode)mode, fk_now_ns(), &ob);
+    if (rc == 0)
+        rc = srv_disk_persist(n->disk, ob->persists, ob->npersists);
+    if (rc == 0)
+        rc = commit_batch(n);
+    if (rc == 1)
+        rc = commit_batch(n) < 0 ? FK_ESTORAGE : 0;
+    if (rc < 0)
+        snprintf(err, errcap, "cannot start the protocol core: %s", fk_strerror(rc));
+    return rc < 0 ? rc : 0;
+}
+
+int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, size_t errcap)
+{
+    struct srv_node *n = calloc(1, sizeof(*n));
+    if (n == NULL)
+        return FK_ENOMEM;
+    n->o = *o;
+    n->id = o->id;
+    n->n = o->cluster.n_nodes;
+    n->proto = o->cluster.protocol == FK_PROTO_MULTIPAXOS ? CONS_PROTO_MPX : CONS_PROTO_NOP;
+    n->start_ns = fk_now_ns();
+    n->pend = calloc(PEND_SLOTS, sizeof(*n->pend));
+    n->oum_buf = malloc(FKC_OUM_TUPLE * 2);
+    uv_loop_init(&n->loop);
+    metrics_init(n);
+    *out = n;
+    const struct fk_node_conf *self = &o->cluster.nodes[o->id];
+    if (n->pend == NULL || n->oum_buf == NULL) {
+        snprintf(err, errcap, "out of memory");
+        return FK_ENOMEM;
+    }
+    struct kv_store_opts so = {
+        .dir = self->data_dir, .map_size = o->map_size, .durability = o->cluster.durability};
+    int rc = kv_store_open(&so, &n->store);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot open the data directory %s: %s", self->data_dir,
+                 fk_strerror(rc));
+        return rc;
+    }
+    rc = kv_sm_init(&n->sm, n->store, SRV_QUOTA_BYTES);
+    if (rc == 0)
+        rc = srv_disk_open(&n->disk, n->store, n->proto, kv_sm_cons(&n->sm));
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot use the data in %s: %s%s", self->data_dir, fk_strerror(rc),
+                 rc == FK_ECONFIG ? " (it was written by the other protocol)" : "");
+        return rc;
+    }
+    /* The sequencer session grows with every start of this node (srv_net.h). */
+    uint32_t session = 0;
+    size_t len = 0;
+    if (kv_meta_get(n->store, "seq.session", &session, sizeof(session), &len) < 0 || len != 4)
+        session = 0;
+    session = session % 65535 + 1;
+    rc = kv_write_begin(n->store);
+    if (rc == 0)
+        rc = kv_meta_put(n->store, "seq.session", &session, sizeof(session));
+    if (rc == 0)
+        rc = kv_write_commit(n->store);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot write to %s: %s", self->data_dir, fk_strerror(rc));
+        return rc;
+    }
+    struct srv_net_conf nc = {
+        .cluster = &n->o.cluster, .id = n->id, .proto = n->proto, .session = session};
+    rc = srv_net_open(&nc, &n->net);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot listen on %s: %s", self->address, fk_strerror(rc));
+        return rc;
+    }
+    rc = open_core(n, err, errcap);
+    if (rc < 0)
+        return rc;
+    if (self->metrics[0] != '\0') {
+        rc = srv_http_start(&n->loop, self->metrics, metrics_page, n, &n->http);
+        if (rc < 0) {
+            snprintf(err, errcap, "cannot serve metrics on %s: %s", self->metrics, fk_strerror(rc));
+            return rc;
+        }
+        fk_info("node", "metrics on http://%s/metrics", self->metrics);
+    }
+    n->next_tick = fk_now_ns();
+    return 0;
+}
+
+void srv_node_close(struct srv_node *n)
+{
+    if (n == NULL)
+        return;
+    srv_http_stop(n->http);
+    uv_run(&n->loop, UV_RUN_DEFAULT); /* runs the close callbacks */
+    uv_loop_close(&n->loop);
+    srv_net_close(n->net);
+    if (n->disk != NULL)
+        srv_disk_abort(n->disk);
+    mpx_destroy(n->mpx);
+    nop_destroy(n->nop);
+    srv_disk_close(n->disk);
+    kv_store_close(n->store);
+    free(n->pend);
+    free(n->oum_buf);
+    free(n);
+}

@@ -1,0 +1,66 @@
+/*
+ * srv_node.h: one flowkv replica: a protocol core (consensus/mpx.h or
+ * nop.h) driven by an event loop over the replica's flows (srv_net.h),
+ * persisting into LMDB (srv_disk.h, kv_sm.h), with metrics (fk_metrics.h)
+ * served on the same thread (srv_http.h).
+ *
+ * The loop, one LMDB write transaction per batch (srv_disk.h):
+ *   take up to SRV_BATCH inputs (waiting up to SRV_TICK_NS for the first),
+ *   step the core on each and drain its outbox (persist items into the
+ *   transaction, messages to peers and clients at once), tick the core
+ *   every SRV_TICK_NS, commit, and feed CONS_IN_PERSISTED when the durable
+ *   cookie grew. Batching many requests into one commit is how sync
+ *   durability stays affordable (one fsync per batch, not per request).
+ *
+ * Durability: Multi-Paxos acknowledges nothing before it is durable in
+ * LMDB (fsync'ed in `sync` mode, in the page cache in `async` mode).
+ * NOPaxos acknowledges on replication (its correctness argument is
+ * diskless, NOPaxos section 5.3.2); its disk spares a restarted replica the
+ * checkpoint transfer (consensus/nop.h).
+ *
+ * Thread safety: create, run and close from one thread; srv_node_stop may
+ * be called from a signal handler.
+ */
+#ifndef SRV_NODE_H
+#define SRV_NODE_H
+
+#include "cons.h"
+#include "srv_opts.h"
+
+#include <stdint.h>
+
+#define SRV_TICK_NS  (1000ULL * 1000ULL)    /* core timer resolution: 1 ms */
+#define SRV_BATCH    64                     /* inputs per LMDB transaction at most */
+#define SRV_DRAIN_NS (2ULL * 1000000000ULL) /* SIGTERM: longest wait for in-flight work */
+
+/* Core settings, documented limits (README "Limits"). The snapshot travels
+ * whole in one message (consensus/cons.h CONS_MSG_MAX), which bounds the
+ * data a group can hold. */
+#define SRV_SNAPSHOT_MAX (1536u << 10) /* bytes of a state machine snapshot */
+#define SRV_QUOTA_BYTES  (1u << 20)    /* stored key + value bytes, replicated quota */
+#define SRV_CLIENTS_MAX  128           /* client table rows (exactly-once sessions) */
+/* The cores check at create that their largest message fits CONS_MSG_MAX:
+ * Multi-Paxos a promise of log_cap batches, NOPaxos a checkpoint (client
+ * table at 8 KiB a row + snapshot) plus a ring of entries. */
+#define SRV_MPX_LOG   256
+#define SRV_MPX_BATCH 4
+#define SRV_NOP_LOG   512
+
+struct srv_node;
+
+/* Opens the store, restores or starts the core, opens the flows and the
+ * metrics endpoint. Errors with a one-line reason in err. */
+int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, size_t errcap);
+
+/* Runs until srv_node_stop, then drains (SRV_DRAIN_NS at most: pending
+ * persists committed, outboxes sent) and returns 0, or a negative code
+ * after a fatal storage failure (srv_disk.h failure rule). */
+int srv_node_run(struct srv_node *n);
+
+/* Asks the loop to stop. Async-signal-safe. */
+void srv_node_stop(struct srv_node *n);
+
+/* Commits nothing more, closes flows, the store (cleanly) and frees. */
+void srv_node_close(struct srv_node *n);
+
+#endif /* SRV_NODE_H */
