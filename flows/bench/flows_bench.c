@@ -12,6 +12,16 @@
  *   (d) flow memory per node for a 4x4-thread shuffle.
  * It prints a table, then `flows-bench: latency_ratio=... bandwidth_ratio=...`.
  * Every phase is bounded (counts sized for about a second each).
+ * Placement: by default both processes bind the default address (loopback).
+ *   flows-bench [--host-a ADDR] [--host-b ADDR] [--device-a DEV] [--device-b DEV]
+ *               [--lat-rounds N] [--bw-bytes N]
+ * binds process A's node and raw socket to --host-a and B's to --host-b
+ * (IPv4 addresses; fab_config.host) and gives each node its RDMA device
+ * (fab_config.device; otherwise FLOWKV_RDMA_DEVICE or the device owning the
+ * address), so `make bench-rdma` runs A on one Soft-RoCE host and B on the
+ * other (tests/rdma-vm/verbs_bench.sh). --lat-rounds (default 20000) and
+ * --bw-bytes (default 96 MiB per bandwidth run) shorten the phases for slow
+ * machines such as that TCG guest.
  * Knobs for exploring (not needed for `make bench-flows`): BENCH_BW_ONLY=1
  * runs only (b), BENCH_LAT_ONLY=1 only (a); BENCH_SEGS and BENCH_SEG_BYTES set the ring of (b);
  * FLOWKV_FAB_YIELD_US tunes adaptive waiting (fabric/fab_tcp.c).
@@ -33,16 +43,23 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Rounds and bytes: defaults, or --lat-rounds / --bw-bytes. */
+static int g_lat_rounds = 20000;
+static uint64_t g_bw_bytes = 96ULL << 20;
+
 #define SEC        FK_NSEC_PER_SEC
-#define LAT_ROUNDS 20000
+#define LAT_ROUNDS g_lat_rounds
 #define LAT_WARMUP 2000
-#define BW_BYTES   (96ULL << 20)
+#define BW_BYTES   g_bw_bytes
 #define REPL_N     60000
 #define ORD_N      15000
 
 static int g_up[2], g_down[2]; /* B -> A, A -> B */
 static flow_node *g_node;
 static char g_peer[FAB_ADDR_MAX];
+/* Placement of process A (index 0) and B (1): address and RDMA device;
+ * NULL = the default (loopback; FLOWKV_RDMA_DEVICE). */
+static const char *g_host[2], *g_dev[2];
 
 static void die(const char *what, int rc)
 {
@@ -170,10 +187,21 @@ static uint64_t lat_flow_a(int rep)
     return fk_hist_percentile(&h, 50);
 }
 
+/* The raw socket address of process side (0 = A, 1 = B): its --host, else
+ * loopback. */
+static struct sockaddr_in raw_addr(int side, uint16_t port)
+{
+    struct sockaddr_in sa = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (g_host[side] != NULL && inet_pton(AF_INET, g_host[side], &sa.sin_addr) != 1)
+        die("not an IPv4 address", FK_EINVAL);
+    return sa;
+}
+
 static int tcp_listen(uint16_t *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in sa = raw_addr(0, 0);
     socklen_t sl = sizeof(sa);
     if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 1) < 0 ||
         getsockname(fd, (struct sockaddr *)&sa, &sl) < 0)
@@ -185,9 +213,11 @@ static int tcp_listen(uint16_t *port)
 static int tcp_connect(uint16_t port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-    struct sockaddr_in sa = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+    struct sockaddr_in sa = raw_addr(0, port), me = raw_addr(1, 0);
+    /* Bound to B's address, the stream leaves through B's interface
+     * (tests/rdma-vm: across the veth wire, as RoCE does). */
+    if (fd < 0 || (g_host[1] != NULL && bind(fd, (struct sockaddr *)&me, sizeof(me)) < 0) ||
+        connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
         die("connect", -1);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
@@ -436,9 +466,19 @@ struct cmd {
     char name[FLOW_NAME_MAX];
 };
 
+/* Creates this process's node on its side's address and device. */
+static void node_create(int side)
+{
+    struct flow_node_config cfg;
+    flow_node_config_default(&cfg);
+    cfg.fabric.host = g_host[side];
+    cfg.fabric.device = g_dev[side];
+    OK(flow_node_create(&cfg, &g_node));
+}
+
 static void child_main(void)
 {
-    OK(flow_node_create(NULL, &g_node));
+    node_create(1);
     char addr[FAB_ADDR_MAX] = {0};
     snprintf(addr, sizeof(addr), "%s", flow_node_addr(g_node));
     put(g_up[1], addr, sizeof(addr));
@@ -602,8 +642,39 @@ static void bench_memory(void)
            smem / 1024.0, tmem / 1024.0);
 }
 
-int main(void)
+static void usage(void)
 {
+    fprintf(stderr, "usage: flows-bench [--host-a ADDR] [--host-b ADDR] [--device-a DEV] "
+                    "[--device-b DEV] [--lat-rounds N] [--bw-bytes N]\n");
+    exit(2);
+}
+
+/* Parses the options (see the top of this file); exits 2 on a bad one. */
+static void parse_args(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL)
+            usage();
+        i++;
+        if (strcmp(o, "--host-a") == 0 || strcmp(o, "--host-b") == 0)
+            g_host[o[7] == 'b'] = v;
+        else if (strcmp(o, "--device-a") == 0 || strcmp(o, "--device-b") == 0)
+            g_dev[o[9] == 'b'] = v;
+        else if (strcmp(o, "--lat-rounds") == 0 && atoi(v) > 0)
+            g_lat_rounds = atoi(v);
+        else if (strcmp(o, "--bw-bytes") == 0 && strtoull(v, NULL, 10) >= 1024 * 1024)
+            g_bw_bytes = strtoull(v, NULL, 10);
+        else
+            usage();
+    }
+    for (int side = 0; side < 2; side++)
+        (void)raw_addr(side, 0); /* a bad address fails here, before the fork */
+}
+
+int main(int argc, char **argv)
+{
+    parse_args(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     if (pipe(g_up) < 0 || pipe(g_down) < 0)
         die("pipe", -1);
@@ -612,13 +683,13 @@ int main(void)
         die("fork", -1);
     if (pid == 0)
         child_main();
-    OK(flow_node_create(NULL, &g_node));
+    node_create(0);
     get(g_up[0], g_peer, sizeof(g_peer));
     char addr[FAB_ADDR_MAX] = {0};
     snprintf(addr, sizeof(addr), "%s", flow_node_addr(g_node));
     put(g_down[1], addr, sizeof(addr));
-    printf("flows-bench: fabric %s, two processes on loopback\n",
-           getenv("FLOWKV_FABRIC") ? getenv("FLOWKV_FABRIC") : "tcp");
+    printf("flows-bench: fabric %s, process A on %s, process B on %s\n", flow_node_backend(g_node),
+           flow_node_addr(g_node), g_peer);
     double lat = getenv("BENCH_BW_ONLY") ? 0 : bench_latency();
     double bw = 0;
     static const uint32_t sizes[] = {16, 64, 256, 1024};

@@ -147,6 +147,29 @@ static inline flow_node *ft_node(void)
     return n;
 }
 
+/* A node bound to the address in environment variable var (FT_SOURCE_HOST
+ * or FT_TARGET_HOST), or to the default address when it is unset or empty.
+ * ft_run places its source processes and the declaring ("home") node on
+ * FLOWTEST_SOURCE_HOST and its target processes on FLOWTEST_TARGET_HOST,
+ * so the same scenarios run between two hosts (tests/rdma-vm: rxe0's
+ * 10.77.0.1 and rxe1's 10.77.0.2); the verbs backend picks the RDMA device
+ * that owns the address (fab_config.host). */
+#define FT_SOURCE_HOST "FLOWTEST_SOURCE_HOST"
+#define FT_TARGET_HOST "FLOWTEST_TARGET_HOST"
+
+static inline flow_node *ft_node_on(const char *var)
+{
+    const char *host = getenv(var);
+    if (host == NULL || *host == '\0')
+        return ft_node();
+    struct flow_node_config cfg;
+    flow_node_config_default(&cfg);
+    cfg.fabric.host = host;
+    flow_node *n = NULL;
+    CHECK_OK(flow_node_create(&cfg, &n));
+    return n;
+}
+
 /* ---- the generic scenario ------------------------------------------------------------ */
 
 struct ft_ctx {
@@ -298,7 +321,7 @@ static void ft_proc(struct ft_child *c, void *arg, int is_target)
         snprintf(v, sizeof(v), "%.3f", sp->drop);
         setenv("FLOWKV_FAB_DROP", v, 1);
     }
-    flow_node *n = ft_node();
+    flow_node *n = ft_node_on(is_target ? FT_TARGET_HOST : FT_SOURCE_HOST);
     char addr[FAB_ADDR_MAX] = {0};
     snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
     ft_write(c->up[1], addr, sizeof(addr));
@@ -355,7 +378,7 @@ static inline void ft_run(struct ft_spec *sp)
         ft_write(sc[p].down[1], &p, sizeof(p));
         CHECK_OK(ft_read(sc[p].up[0], junk, FAB_ADDR_MAX));
     }
-    flow_node *home = ft_node();
+    flow_node *home = ft_node_on(FT_SOURCE_HOST);
     struct flow_schema schema;
     ft_schema(&schema);
     if (sp->opts.ordered)
