@@ -48,18 +48,24 @@ SERVER_SRC    := $(filter-out server/main.c,$(wildcard server/*.c))
 # ycsb/: the YCSB core (generators, workload, report); its program's main()
 # lives in ycsb/cmd/ (section 3b).
 YCSB_SRC      := $(wildcard ycsb/*.c)
+# client/: libflowkv (the CLI's main() lives in client/cmd/).
+CLIENT_SRC    := $(wildcard client/*.c)
 
 LIB_COMMON    := $(BUILD)/lib/libfkcommon.a
 LIB_FLOWS     := $(BUILD)/lib/libflows.a
 LIB_CONSENSUS := $(BUILD)/lib/libconsensus.a
 LIB_SERVER    := $(BUILD)/lib/libfkserver.a
 LIB_YCSB      := $(BUILD)/lib/libycsb.a
+LIB_CLIENT    := $(BUILD)/lib/libfkclient.a
 LIBS := $(LIB_COMMON)
 ifneq ($(FLOWS_SRC),)
 LIBS := $(LIB_FLOWS) $(LIBS)
 endif
 ifneq ($(CONSENSUS_SRC),)
 LIBS := $(LIB_CONSENSUS) $(LIBS)
+endif
+ifneq ($(CLIENT_SRC),)
+LIBS := $(LIB_CLIENT) $(LIBS)
 endif
 ifneq ($(SERVER_SRC),)
 LIBS := $(LIB_SERVER) $(LIBS)
@@ -72,8 +78,9 @@ INC_common    := -Icommon
 INC_flows     := -Icommon -Iflows -Iflows/fabric
 INC_consensus := -Icommon -Iconsensus
 INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver -Iclient
-INC_ycsb      := -Icommon -Iycsb
-INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Iycsb -Itests
+INC_ycsb      := -Icommon -Iycsb -Iclient
+INC_client    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iclient
+INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Iycsb -Iclient -Itests
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 # Shell tests (integration, cluster, VM) print the same summary as C tests.
@@ -102,6 +109,7 @@ $(BUILD)/obj/flows/%.o: INCS = $(INC_flows)
 $(BUILD)/obj/consensus/%.o: INCS = $(INC_consensus)
 $(BUILD)/obj/server/%.o: INCS = $(INC_server)
 $(BUILD)/obj/ycsb/%.o: INCS = $(INC_ycsb)
+$(BUILD)/obj/client/%.o: INCS = $(INC_client)
 $(BUILD)/obj/tests/%.o: INCS = $(INC_tests)
 
 $(BUILD)/obj/%.o: %.c
@@ -114,6 +122,7 @@ $(LIB_FLOWS): $(call obj,$(FLOWS_SRC))
 $(LIB_CONSENSUS): $(call obj,$(CONSENSUS_SRC))
 $(LIB_SERVER): $(call obj,$(SERVER_SRC))
 $(LIB_YCSB): $(call obj,$(YCSB_SRC))
+$(LIB_CLIENT): $(call obj,$(CLIENT_SRC))
 $(BUILD)/lib/%.a:
 	@mkdir -p $(@D)
 	@echo "  AR      $@"
@@ -152,6 +161,14 @@ $(SERVER_PROG): $(BUILD)/obj/server/main.o $(LIBS)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 all: $(SERVER_PROG)
 tests: $(SERVER_PROG)
+# the flowkv CLI (client/cmd/flowkv_cli.c)
+CLI_PROG := $(BUILD)/bin/flowkv
+$(CLI_PROG): $(BUILD)/obj/client/cmd/flowkv_cli.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+all: $(CLI_PROG)
+tests: $(CLI_PROG)
 
 # ---- 3c. consensus simulator (issue 5) -------------------------------------
 # consensus/sim/*.c but main.c -> libfksim.a (the simulator and the

@@ -180,7 +180,8 @@ struct flow__starget {
                       * buffer is reused only after the target consumed it,
                       * so zero-copy backends may read it until then */
     fab_mr *stage_mr;
-    uint32_t signaled; /* outstanding signaled writes */
+    uint32_t signaled;  /* outstanding signaled writes */
+    uint64_t last_push; /* joined targets: when this source last pushed (ns) */
     char mcast_ep[FAB_ADDR_MAX];
 };
 

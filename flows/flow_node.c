@@ -145,8 +145,21 @@ int flow_node_wait(flow_node *n, uint64_t seen, uint64_t timeout_ns)
     return fab_node_wait(n->fab, seen, timeout_ns);
 }
 
+static int on_call(void *data, uint64_t peer, const void *req, size_t len, void *resp, size_t cap);
+
 int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap)
 {
+    /* A node asking itself (a service that is the home of its own flows)
+     * answers directly: a connection to itself would cost a round trip
+     * through its own progress thread. The handlers do not use the peer
+     * id for these control messages (ATTACH travels on data connections). */
+    if (strcmp(addr, flow_node_addr(n)) == 0) {
+        uint8_t tmp[FAB_MSG_MAX];
+        int rc = on_call(n, 0, req, len, tmp, sizeof(tmp));
+        if (rc > 0 && resp != NULL)
+            memcpy(resp, tmp, (size_t)rc < cap ? (size_t)rc : cap);
+        return rc > 0 && (size_t)rc > cap ? (int)cap : rc;
+    }
     fab_conn *c;
     int rc = fab_connect(n->fab, addr, FLOW__CALL_TIMEOUT_NS, &c);
     if (rc < 0)

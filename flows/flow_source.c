@@ -528,6 +528,21 @@ int flow_push_to(flow_source *s, int target, const void *tuple, size_t size)
     if (s->desc.opts.kind != FLOW_SHUFFLE)
         return FK_EINVAL;
     rc = ensure_target(s, target);
+    if (rc == 0 && (uint32_t)target >= s->desc.ntargets_declared) {
+        /* A joined target (a client) may have left and another joined at
+         * its index since this source last pushed: a write into the old
+         * connection would vanish without an error. After an idle
+         * millisecond, poll the connection first: a closed one fails here
+         * and the source attaches to the index's new member. */
+        struct flow__starget *st = &s->t[target];
+        uint64_t now = fk_now_ns();
+        if (now - st->last_push > FK_NSEC_PER_MSEC) {
+            st->held = 1; /* makes reap poll */
+            if (reap(s, target) < 0)
+                rc = ensure_target(s, target);
+        }
+        st->last_push = now;
+    }
     if (rc < 0)
         return rc;
     return push_one(s, target, tuple);

@@ -412,7 +412,14 @@ int srv_net_to_client(struct srv_net *net, uint64_t client_id, uint8_t kind, con
     net->stage[0] = kind;
     memcpy(net->stage + 1, buf, len);
     int rc = flow_msg_send(&net->reply_tx, (int)target, client_id, net->id, net->stage, len + 1);
+    /* The index may have passed from a client that left to a new one: the
+     * failed push told the source, which attaches to the new member on the
+     * next push. */
+    if (rc == FK_ECLOSED)
+        rc = flow_msg_send(&net->reply_tx, (int)target, client_id, net->id, net->stage, len + 1);
     if (rc < 0) {
+        fk_debug("net", "reply to client %016llx (target %u) dropped: %s",
+                 (unsigned long long)client_id, target, fk_strerror(rc));
         net->st.dropped++;
         return rc;
     }

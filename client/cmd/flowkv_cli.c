@@ -1,0 +1,209 @@
+/* flowkv: the command-line client (libflowkv, client/flowkv.h). */
+#include "fk_error.h"
+#include "fk_log.h"
+#include "flowkv.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Exit statuses, distinct so scripts can tell outcomes apart. */
+enum {
+    EXIT_OK = 0,
+    EXIT_NOTFOUND = 1,
+    EXIT_USAGE = 2,
+    EXIT_ERROR = 3,
+    EXIT_UNREACHABLE = 4,
+    EXIT_CASFAIL = 5,
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: flowkv [-c CLUSTER.conf] [-t MS] COMMAND [ARGS]\n"
+                 "  get KEY               print the value\n"
+                 "  put KEY [VALUE|-]     set KEY (the value from stdin when absent or -)\n"
+                 "  del KEY               delete KEY\n"
+                 "  cas KEY EXPECTED NEW  set KEY to NEW if its value is EXPECTED\n"
+                 "  scan [START [COUNT]]  up to COUNT (default 16) pairs from START, in key order\n"
+                 "  status                each replica's role, term, commit point, lag, fabric\n"
+                 "options:\n"
+                 "  -c, --cluster PATH    cluster description (default $FLOWKV_CLUSTER or\n"
+                 "                        run/cluster.conf)\n"
+                 "  -t, --timeout MS      per operation, retries included (default 5000)\n"
+                 "exit status: 0 ok, 1 not found, 2 usage, 3 error, 4 unreachable or timed out,\n"
+                 "5 compare-and-swap mismatch\n");
+}
+
+static int exit_for(int rc)
+{
+    if (rc == 0)
+        return EXIT_OK;
+    if (rc == FK_ENOTFOUND)
+        return EXIT_NOTFOUND;
+    if (rc == FK_ECASFAIL)
+        return EXIT_CASFAIL;
+    if (rc == FK_ETIMEDOUT || rc == FK_EUNREACHABLE)
+        return EXIT_UNREACHABLE;
+    return EXIT_ERROR;
+}
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "flowkv: %s: %s\n", what, fk_strerror(rc));
+    return exit_for(rc);
+}
+
+/* Reads stdin into buf (at most FLOWKV_VAL_MAX bytes; more is an error). */
+static int read_stdin(char *buf, size_t *len)
+{
+    *len = fread(buf, 1, FLOWKV_VAL_MAX + 1, stdin);
+    if (ferror(stdin))
+        return FK_EINVAL;
+    return *len > FLOWKV_VAL_MAX ? FK_ETOOBIG : 0;
+}
+
+static int cmd_status(flowkv *kv, uint64_t timeout_ns)
+{
+    printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %s\n", "id", "role", "protocol", "fabric",
+           "term", "leader", "commit", "applied", "lag");
+    uint64_t top = 0;
+    struct flowkv_replica_status st[16];
+    uint32_t n = flowkv_replicas(kv);
+    for (uint32_t i = 0; i < n && i < 16; i++) {
+        flowkv_status(kv, i, &st[i], timeout_ns);
+        if (st[i].reachable && st[i].commit > top)
+            top = st[i].commit;
+    }
+    int up = 0;
+    for (uint32_t i = 0; i < n && i < 16; i++) {
+        if (!st[i].reachable) {
+            printf("%-3u %s\n", i, "unreachable");
+            continue;
+        }
+        up++;
+        char leader[16] = "-";
+        if (st[i].leader < n)
+            snprintf(leader, sizeof(leader), "%u", st[i].leader);
+        printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %llu\n", i, st[i].role,
+               st[i].protocol, st[i].fabric, (unsigned long long)st[i].term, leader,
+               (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
+               (unsigned long long)(top - st[i].commit));
+    }
+    return up > 0 ? EXIT_OK : EXIT_UNREACHABLE;
+}
+
+static int cmd_scan(flowkv *kv, int argc, char **argv)
+{
+    const char *start = argc > 0 ? argv[0] : "";
+    char *end = NULL;
+    long count = argc > 1 ? strtol(argv[1], &end, 10) : FLOWKV_SCAN_MAX;
+    if (argc > 2 || (end != NULL && *end != '\0') || count < 1 || count > FLOWKV_SCAN_MAX) {
+        fprintf(stderr, "flowkv: scan [START [COUNT]] with COUNT 1..%d\n", FLOWKV_SCAN_MAX);
+        return EXIT_USAGE;
+    }
+    static struct flowkv_result res;
+    int rc = flowkv_scan(kv, start, strlen(start), (uint32_t)count, &res);
+    if (rc < 0)
+        return fail("scan", rc);
+    size_t off = 0, kl, vl;
+    const uint8_t *k, *v;
+    while ((rc = flowkv_scan_next(&res, &off, &k, &kl, &v, &vl)) == 1)
+        printf("%.*s\t%.*s\n", (int)kl, (const char *)k, (int)vl, (const char *)v);
+    return rc < 0 ? fail("scan", rc) : EXIT_OK;
+}
+
+static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t timeout_ns)
+{
+    static char val[FLOWKV_VAL_MAX + 1];
+    size_t vlen = 0;
+    int rc;
+    if (strcmp(cmd, "status") == 0 && argc == 0)
+        return cmd_status(kv, timeout_ns < 2000000000ULL ? timeout_ns : 2000000000ULL);
+    if (strcmp(cmd, "scan") == 0)
+        return cmd_scan(kv, argc, argv);
+    if (strcmp(cmd, "get") == 0 && argc == 1) {
+        rc = flowkv_get(kv, argv[0], strlen(argv[0]), val, sizeof(val), &vlen);
+        if (rc < 0)
+            return fail("get", rc);
+        fwrite(val, 1, vlen, stdout);
+        if (vlen == 0 || val[vlen - 1] != '\n')
+            putchar('\n');
+        return EXIT_OK;
+    }
+    if (strcmp(cmd, "put") == 0 && (argc == 1 || argc == 2)) {
+        const char *v = argc == 2 ? argv[1] : "-";
+        if (strcmp(v, "-") == 0) {
+            rc = read_stdin(val, &vlen);
+            if (rc < 0)
+                return fail("reading the value from stdin", rc);
+            v = val;
+        } else {
+            vlen = strlen(v);
+        }
+        rc = flowkv_put(kv, argv[0], strlen(argv[0]), v, vlen);
+        return rc < 0 ? fail("put", rc) : EXIT_OK;
+    }
+    if (strcmp(cmd, "del") == 0 && argc == 1) {
+        rc = flowkv_del(kv, argv[0], strlen(argv[0]));
+        return rc < 0 ? fail("del", rc) : EXIT_OK;
+    }
+    if (strcmp(cmd, "cas") == 0 && argc == 3) {
+        rc = flowkv_cas(kv, argv[0], strlen(argv[0]), argv[1], strlen(argv[1]), argv[2],
+                        strlen(argv[2]));
+        return rc < 0 ? fail("cas", rc) : EXIT_OK;
+    }
+    usage(stderr);
+    return EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"cluster", required_argument, NULL, 'c'},
+                                             {"timeout", required_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *path = getenv("FLOWKV_CLUSTER");
+    if (getenv("FLOWKV_LOG") == NULL)
+        fk_log_set_level(FK_LOG_WARN); /* a command's output is its answer */
+    long timeout_ms = 5000;
+    int c;
+    while ((c = getopt_long(argc, argv, "+c:t:h", longopts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 't':
+            timeout_ms = strtol(optarg, &end, 10);
+            if (*end != '\0' || timeout_ms < 1 || timeout_ms > 3600000) {
+                fprintf(stderr, "flowkv: --timeout '%s': 1..3600000 milliseconds\n", optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return EXIT_OK;
+        default:
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (path == NULL)
+        path = "run/cluster.conf";
+    struct flowkv_opts o = {.timeout_ns = (uint64_t)timeout_ms * 1000000ULL};
+    char err[512];
+    flowkv *kv;
+    int rc = flowkv_open(path, &o, &kv, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "flowkv: %s\n", err);
+        return rc == FK_ECONFIG || rc < -4096 ? exit_for(rc) : EXIT_ERROR;
+    }
+    rc = run(kv, argv[optind], argc - optind - 1, argv + optind + 1, o.timeout_ns);
+    flowkv_close(kv);
+    return rc;
+}

@@ -1,0 +1,656 @@
+/*
+ * flowkv.c: libflowkv over flows; see flowkv.h and fkc_proto.h.
+ *
+ * One flow node per handle. At open it joins every reachable replica's
+ * kv.reply.<i> as a target (elastic membership) and opens a source on
+ * kv.req.<i> (Multi-Paxos, status) or on kv.oum (NOPaxos). Each pipeline
+ * slot is one client session with its own id; a slot keeps its encoded
+ * operation so a retry resends the same request number (exactly once
+ * through the replicas' client table, cons.h).
+ */
+#include "flowkv.h"
+
+#include "cons.h"
+#include "cons_wire.h"
+#include "fk_conf.h"
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+#include "fkc_proto.h"
+#include "flow.h"
+#include "flow_msg.h"
+#include "mpx.h"
+#include "nop.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+_Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX &&
+                   FLOWKV_SCAN_MAX == CONS_SCAN_MAX && FLOWKV_RESULT_MAX == CONS_REPLY_MAX,
+               "the public limits are the cores' limits");
+
+#define RESEND_NS       (100ULL * 1000000ULL) /* a request unanswered this long is resent */
+#define REJOIN_NS       (1000ULL * 1000000ULL)
+#define OPEN_NS         (1000ULL * 1000000ULL) /* joining one replica at most */
+#define PUSH_NS         (50ULL * 1000000ULL)
+#define REPLY_MSG_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
+#define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
+
+struct slot {
+    int busy, done;
+    uint64_t client_id, req_no, tag;
+    uint64_t deadline, resend_at;
+    uint32_t tries;
+    struct cons_op op;
+    struct nop_quorum q;
+    struct cons_reply res;
+};
+
+struct replica {
+    flow_target *t; /* our target in kv.reply.<i>, NULL until joined */
+    struct flow_msg_rx *rx;
+    uint32_t idx; /* our target index there */
+    flow_source *req;
+    struct flow_msg_tx tx;
+    uint64_t retry_at;
+    int status_seen;
+    struct fkc_status status;
+};
+
+struct flowkv {
+    struct fk_cluster_conf conf;
+    uint32_t n;
+    int nop;
+    uint64_t timeout_ns;
+    flow_node *node;
+    struct replica r[CONS_REPLICAS_MAX];
+    flow_source *oum;
+    uint8_t *tuple; /* kv.oum tuple, or the encoded request */
+    uint32_t leader;
+    uint32_t pipeline, inflight;
+    struct slot *slots;
+    uint64_t status_id;
+};
+
+static uint64_t random_id(void)
+{
+    uint64_t v = 0;
+    while (v == 0) {
+        if (getrandom(&v, sizeof(v), 0) != sizeof(v))
+            v = fk_now_ns() ^ ((uint64_t)getpid() << 40);
+    }
+    return v;
+}
+
+/* The local address replicas reach us at: the one the kernel would use
+ * to reach the first replica (no packet is sent by a UDP connect). */
+static void local_ip(const char *peer_ip, char *out, size_t cap)
+{
+    snprintf(out, cap, "127.0.0.1");
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(9)};
+    if (fd < 0)
+        return;
+    if (inet_pton(AF_INET, peer_ip, &a.sin_addr) == 1 &&
+        connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
+        socklen_t l = sizeof(a);
+        if (getsockname(fd, (struct sockaddr *)&a, &l) == 0)
+            inet_ntop(AF_INET, &a.sin_addr, out, (socklen_t)cap);
+    }
+    close(fd);
+}
+
+/* ---- joining replicas ------------------------------------------------------- */
+
+static void leave(struct replica *r)
+{
+    if (r->req != NULL) {
+        flow_msg_tx_free(&r->tx);
+        flow_source_close(r->req);
+        r->req = NULL;
+    }
+    flow_msg_rx_destroy(r->rx);
+    r->rx = NULL;
+    if (r->t != NULL)
+        flow_target_close(r->t);
+    r->t = NULL;
+}
+
+/* Joins replica i's reply flow and opens its request flow. */
+static int join(flowkv *kv, uint32_t i)
+{
+    struct replica *r = &kv->r[i];
+    char name[FLOW_NAME_MAX];
+    snprintf(name, sizeof(name), "%s%u", FKC_FLOW_REPLY, i);
+    int rc = flow_target_join(kv->node, name, &r->t);
+    if (rc < 0)
+        return rc;
+    r->idx = (uint32_t)flow_target_index(r->t);
+    r->rx = flow_msg_rx_create(r->t, FKC_REPLY_TUPLE, 1, REPLY_MSG_MAX);
+    if (r->rx == NULL) {
+        leave(r);
+        return FK_ENOMEM;
+    }
+    snprintf(name, sizeof(name), "%s%u", FKC_FLOW_REQ, i);
+    rc = flow_source_open(kv->node, name, FLOW_ANY, OPEN_NS, &r->req);
+    if (rc == 0) {
+        flow_source_set_timeout(r->req, PUSH_NS);
+        rc = flow_msg_tx_init(&r->tx, r->req, FKC_REQ_TUPLE);
+        if (rc < 0) {
+            flow_source_close(r->req);
+            r->req = NULL;
+        }
+    }
+    if (rc < 0)
+        leave(r);
+    return rc;
+}
+
+static void rejoin_due(flowkv *kv, uint64_t now)
+{
+    for (uint32_t i = 0; i < kv->n; i++) {
+        struct replica *r = &kv->r[i];
+        if (r->t != NULL || now < r->retry_at)
+            continue;
+        if (join(kv, i) < 0)
+            r->retry_at = now + REJOIN_NS;
+    }
+}
+
+static int open_oum(flowkv *kv)
+{
+    int rc = flow_source_open(kv->node, FKC_FLOW_OUM, FLOW_ANY, OPEN_NS, &kv->oum);
+    if (rc == 0)
+        flow_source_set_timeout(kv->oum, PUSH_NS);
+    return rc;
+}
+
+int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, char *err,
+                size_t errcap)
+{
+    char dummy[8];
+    if (err == NULL) {
+        err = dummy;
+        errcap = sizeof(dummy);
+    }
+    struct flowkv_opts o = opts ? *opts : (struct flowkv_opts){0};
+    if (path == NULL || out == NULL || o.pipeline > FLOWKV_PIPELINE_MAX) {
+        snprintf(err, errcap, "bad arguments");
+        return FK_EINVAL;
+    }
+    flowkv *kv = calloc(1, sizeof(*kv));
+    if (kv == NULL)
+        return FK_ENOMEM;
+    int rc = fk_conf_load(path, &kv->conf, err, errcap);
+    if (rc < 0) {
+        free(kv);
+        return rc;
+    }
+    kv->n = kv->conf.n_nodes;
+    kv->nop = kv->conf.protocol == FK_PROTO_NOPAXOS;
+    kv->timeout_ns = o.timeout_ns ? o.timeout_ns : DEFAULT_TIMEOUT;
+    kv->pipeline = o.pipeline ? o.pipeline : 1;
+    kv->slots = calloc(kv->pipeline, sizeof(*kv->slots));
+    kv->tuple = malloc(FKC_OUM_TUPLE + 1 + CONS_WIRE_OP_MAX + 64);
+    kv->status_id = random_id();
+    if (kv->n > CONS_REPLICAS_MAX || kv->slots == NULL || kv->tuple == NULL) {
+        snprintf(err, errcap, kv->n > CONS_REPLICAS_MAX ? "too many replicas" : "out of memory");
+        flowkv_close(kv);
+        return kv->n > CONS_REPLICAS_MAX ? FK_EINVAL : FK_ENOMEM;
+    }
+    for (uint32_t s = 0; s < kv->pipeline; s++)
+        kv->slots[s].client_id = random_id();
+    char ip[64];
+    if (o.bind != NULL)
+        snprintf(ip, sizeof(ip), "%s", o.bind);
+    else
+        local_ip(kv->conf.nodes[0].ip, ip, sizeof(ip));
+    struct flow_node_config nc;
+    flow_node_config_default(&nc);
+    nc.fabric.host = ip;
+    nc.fabric.backend = kv->conf.nodes[0].fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
+                        : kv->conf.nodes[0].fabric == FK_FABRIC_TCP ? FAB_BACKEND_TCP
+                                                                    : FAB_BACKEND_AUTO;
+    rc = flow_node_create(&nc, &kv->node);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot create a flow node on %s: %s", ip, fk_strerror(rc));
+        flowkv_close(kv);
+        return rc;
+    }
+    for (uint32_t i = 0; i < kv->n; i++)
+        flow_node_add_peer(kv->node, kv->conf.nodes[i].address);
+    uint32_t joined = 0;
+    for (uint32_t i = 0; i < kv->n; i++) {
+        if (join(kv, i) == 0)
+            joined++;
+        else
+            kv->r[i].retry_at = fk_now_ns() + REJOIN_NS;
+    }
+    if (joined == 0 || (kv->nop && open_oum(kv) < 0)) {
+        snprintf(err, errcap, "no replica of %s answered (is the cluster running?)", path);
+        flowkv_close(kv);
+        return FK_EUNREACHABLE;
+    }
+    *out = kv;
+    return 0;
+}
+
+void flowkv_close(flowkv *kv)
+{
+    if (kv == NULL)
+        return;
+    for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
+        leave(&kv->r[i]);
+    if (kv->oum != NULL)
+        flow_source_close(kv->oum);
+    if (kv->node != NULL)
+        flow_node_destroy(kv->node);
+    free(kv->slots);
+    free(kv->tuple);
+    free(kv);
+}
+
+uint32_t flowkv_replicas(const flowkv *kv)
+{
+    return kv->n;
+}
+
+uint32_t flowkv_inflight(const flowkv *kv)
+{
+    return kv->inflight;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* Multi-Paxos: to the believed leader's kv.req flow, moving on to the next
+ * replica after two unanswered tries. */
+static void send_mpx(flowkv *kv, struct slot *s)
+{
+    if (s->tries > 0 && s->tries % 2 == 0)
+        kv->leader = (kv->leader + 1) % kv->n;
+    for (uint32_t k = 0; k < kv->n; k++) {
+        uint32_t i = (kv->leader + k) % kv->n;
+        struct replica *r = &kv->r[i];
+        if (r->req == NULL)
+            continue;
+        kv->tuple[0] = FKC_OP;
+        int len = mpx_encode_request(kv->tuple + 1, CONS_WIRE_OP_MAX + 64, &s->op);
+        if (len < 0)
+            return;
+        if (flow_msg_send(&r->tx, 0, s->client_id, r->idx, kv->tuple, (size_t)len + 1) == 0) {
+            kv->leader = i;
+            return;
+        }
+        leave(r); /* the replica went away: join it again later */
+        r->retry_at = fk_now_ns() + REJOIN_NS;
+    }
+}
+
+/* NOPaxos: one tuple on the ordered multicast, naming our reply target at
+ * every replica (fkc_proto.h). */
+static void send_nop(flowkv *kv, struct slot *s)
+{
+    struct fkc_oum h = {.client_id = s->client_id};
+    for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
+        h.reply_to[i] = i < kv->n && kv->r[i].t != NULL ? kv->r[i].idx : FKC_NO_TARGET;
+    struct cons_wbuf w;
+    memset(kv->tuple, 0, FKC_OUM_TUPLE);
+    cons_wbuf_init(&w, kv->tuple + sizeof(h), FKC_OUM_TUPLE - sizeof(h));
+    cons_wire_put_op(&w, &s->op);
+    h.len = (uint32_t)w.len;
+    memcpy(kv->tuple, &h, sizeof(h));
+    if (kv->oum == NULL && open_oum(kv) < 0)
+        return;
+    if (flow_push(kv->oum, kv->tuple, FKC_OUM_TUPLE) < 0) {
+        flow_source_close(kv->oum); /* reopened on the next try */
+        kv->oum = NULL;
+    }
+}
+
+static void send_slot(flowkv *kv, struct slot *s)
+{
+    s->resend_at = fk_now_ns() + RESEND_NS;
+    if (kv->nop)
+        nop_quorum_reset(&s->q, kv->n, s->client_id, s->req_no);
+    if (kv->nop)
+        send_nop(kv, s);
+    else
+        send_mpx(kv, s);
+    s->tries++;
+}
+
+static int check_op(const struct flowkv_op *op)
+{
+    if (op == NULL || op->type < FLOWKV_GET || op->type > FLOWKV_SCAN || op->key == NULL)
+        return FK_EINVAL;
+    if (op->klen > FLOWKV_KEY_MAX || op->vlen > FLOWKV_VAL_MAX || op->elen > FLOWKV_VAL_MAX)
+        return FK_ETOOBIG;
+    if (op->type != FLOWKV_SCAN && op->klen == 0)
+        return FK_EINVAL;
+    if ((op->vlen && op->val == NULL) || (op->elen && op->exp == NULL))
+        return FK_EINVAL;
+    if (op->type == FLOWKV_SCAN && (op->count == 0 || op->count > FLOWKV_SCAN_MAX))
+        return FK_EINVAL;
+    return 0;
+}
+
+int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
+{
+    int rc = check_op(op);
+    if (rc < 0)
+        return rc;
+    struct slot *s = NULL;
+    for (uint32_t i = 0; i < kv->pipeline && s == NULL; i++)
+        if (!kv->slots[i].busy)
+            s = &kv->slots[i];
+    if (s == NULL)
+        return FK_EBUSY;
+    _Static_assert((int)FLOWKV_GET == (int)CONS_OP_GET && (int)FLOWKV_SCAN == (int)CONS_OP_SCAN,
+                   "op types line up");
+    memset(&s->op, 0, offsetof(struct cons_op, key));
+    s->op.client_id = s->client_id;
+    s->op.req_no = ++s->req_no;
+    s->op.type = op->type;
+    s->op.scan_limit = (uint8_t)op->count;
+    s->op.key_len = (uint16_t)op->klen;
+    memcpy(s->op.key, op->key, op->klen);
+    if (op->type == FLOWKV_PUT || op->type == FLOWKV_CAS) {
+        s->op.val_len = (uint16_t)op->vlen;
+        memcpy(s->op.val, op->val, op->vlen);
+    }
+    if (op->type == FLOWKV_CAS) {
+        s->op.exp_len = (uint16_t)op->elen;
+        memcpy(s->op.exp, op->exp, op->elen);
+    }
+    s->busy = 1;
+    s->done = 0;
+    s->tag = op->tag;
+    s->tries = 0;
+    s->deadline = fk_now_ns() + kv->timeout_ns;
+    kv->inflight++;
+    send_slot(kv, s);
+    return 0;
+}
+
+/* ---- receiving -------------------------------------------------------------------- */
+
+static struct slot *slot_of(flowkv *kv, uint64_t client_id)
+{
+    for (uint32_t i = 0; i < kv->pipeline; i++)
+        if (kv->slots[i].busy && !kv->slots[i].done && kv->slots[i].client_id == client_id)
+            return &kv->slots[i];
+    return NULL;
+}
+
+static void finish(struct slot *s, const struct cons_reply *rep)
+{
+    s->res = *rep;
+    s->done = 1;
+}
+
+static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *buf, size_t len)
+{
+    struct slot *s = slot_of(kv, dst);
+    if (s == NULL)
+        return; /* a late answer to a finished request */
+    if (kv->nop) {
+        const struct cons_reply *res;
+        if (nop_quorum_add(&s->q, from, buf, len, &res) == 1)
+            finish(s, res);
+        return;
+    }
+    struct cons_reply rep;
+    uint32_t hint;
+    if (mpx_decode_reply(buf, len, &rep, &hint) < 0 || rep.client_id != s->client_id ||
+        rep.req_no != s->req_no)
+        return;
+    if (rep.status == FK_ENOTLEADER) {
+        kv->leader = hint < kv->n ? hint : (from + 1) % kv->n;
+        s->tries = 1; /* give the hinted leader two tries */
+        send_slot(kv, s);
+        return;
+    }
+    kv->leader = from;
+    finish(s, &rep);
+}
+
+static void pump_replica(flowkv *kv, uint32_t i)
+{
+    struct replica *r = &kv->r[i];
+    struct flow_msg m;
+    for (int k = 0; r->rx != NULL && k < 64; k++) {
+        int rc = flow_msg_recv(r->rx, &m, 0);
+        if (rc == FK_ETIMEDOUT)
+            return;
+        if (rc < 0) { /* the replica closed its reply source: it restarted */
+            fk_debug("client", "replica %u: reply flow: %s", i, fk_strerror(rc));
+            leave(r);
+            r->retry_at = fk_now_ns() + REJOIN_NS / 10;
+            return;
+        }
+        if (m.len < 1)
+            continue;
+        if (m.buf[0] == FKC_OP)
+            on_op_reply(kv, i, m.dst, m.buf + 1, m.len - 1);
+        else if (m.buf[0] == FKC_STATUS && m.len == 1 + sizeof(struct fkc_status)) {
+            memcpy(&r->status, m.buf + 1, sizeof(r->status));
+            r->status_seen = 1;
+        }
+    }
+}
+
+/* Resends what waited too long and fails what passed its deadline. */
+static void timers(flowkv *kv, uint64_t now)
+{
+    rejoin_due(kv, now);
+    for (uint32_t i = 0; i < kv->pipeline; i++) {
+        struct slot *s = &kv->slots[i];
+        if (!s->busy || s->done)
+            continue;
+        if (now >= s->deadline) {
+            struct cons_reply rep = {
+                .client_id = s->client_id, .req_no = s->req_no, .status = FK_ETIMEDOUT};
+            finish(s, &rep);
+        } else if (now >= s->resend_at) {
+            send_slot(kv, s);
+        }
+    }
+}
+
+static int collect(flowkv *kv, struct flowkv_done *done, int max)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < kv->pipeline && n < max; i++) {
+        struct slot *s = &kv->slots[i];
+        if (!s->busy || !s->done)
+            continue;
+        done[n++] = (struct flowkv_done){
+            .tag = s->tag, .status = s->res.status, .len = s->res.len, .data = s->res.data};
+        s->busy = 0;
+        kv->inflight--;
+    }
+    return n;
+}
+
+/* Reads every reply flow once, then waits for a remote write (or the
+ * next timer) when nothing completed. */
+static int pump(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+{
+    for (;;) {
+        uint64_t bell = flow_node_doorbell(kv->node);
+        for (uint32_t i = 0; i < kv->n; i++)
+            pump_replica(kv, i);
+        uint64_t now = fk_now_ns();
+        timers(kv, now);
+        int n = done ? collect(kv, done, max) : 0;
+        if (n > 0 || now >= deadline)
+            return n;
+        uint64_t wake = deadline;
+        if (wake > now + RESEND_NS / 4)
+            wake = now + RESEND_NS / 4;
+        flow_node_wait(kv->node, bell, wake - now);
+        if (done == NULL)
+            return 0;
+    }
+}
+
+int flowkv_poll(flowkv *kv, struct flowkv_done *done, int max, uint64_t timeout_ns)
+{
+    if (kv == NULL || done == NULL || max < 1)
+        return FK_EINVAL;
+    return pump(kv, done, max, fk_now_ns() + timeout_ns);
+}
+
+/* ---- synchronous calls ------------------------------------------------------------------ */
+
+static int call(flowkv *kv, const struct flowkv_op *op, struct flowkv_done *d)
+{
+    if (kv == NULL)
+        return FK_EINVAL;
+    if (kv->inflight > 0)
+        return FK_EBUSY; /* synchronous calls need an idle handle */
+    int rc = flowkv_submit(kv, op);
+    if (rc < 0)
+        return rc;
+    while (pump(kv, d, 1, fk_now_ns() + kv->timeout_ns + RESEND_NS) == 0)
+        ;
+    return d->status;
+}
+
+int flowkv_get(flowkv *kv, const void *key, size_t klen, void *val, size_t cap, size_t *vlen)
+{
+    struct flowkv_op op = {.type = FLOWKV_GET, .key = key, .klen = klen};
+    struct flowkv_done d;
+    int rc = call(kv, &op, &d);
+    if (rc < 0)
+        return rc;
+    if (vlen != NULL)
+        *vlen = d.len;
+    if (d.len > cap)
+        return FK_ETOOBIG;
+    if (d.len > 0)
+        memcpy(val, d.data, d.len);
+    return 0;
+}
+
+int flowkv_put(flowkv *kv, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    struct flowkv_op op = {.type = FLOWKV_PUT, .key = key, .klen = klen, .val = val, .vlen = vlen};
+    struct flowkv_done d;
+    return call(kv, &op, &d);
+}
+
+int flowkv_del(flowkv *kv, const void *key, size_t klen)
+{
+    struct flowkv_op op = {.type = FLOWKV_DEL, .key = key, .klen = klen};
+    struct flowkv_done d;
+    return call(kv, &op, &d);
+}
+
+int flowkv_cas(flowkv *kv, const void *key, size_t klen, const void *exp, size_t elen,
+               const void *val, size_t vlen)
+{
+    struct flowkv_op op = {.type = FLOWKV_CAS,
+                           .key = key,
+                           .klen = klen,
+                           .val = val,
+                           .vlen = vlen,
+                           .exp = exp,
+                           .elen = elen};
+    struct flowkv_done d;
+    return call(kv, &op, &d);
+}
+
+int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
+                struct flowkv_result *res)
+{
+    static const uint8_t empty[1];
+    struct flowkv_op op = {
+        .type = FLOWKV_SCAN, .key = slen ? start : empty, .klen = slen, .count = count};
+    struct flowkv_done d;
+    int rc = call(kv, &op, &d);
+    res->status = rc;
+    res->len = rc == 0 ? d.len : 0;
+    if (rc == 0)
+        memcpy(res->data, d.data, d.len);
+    return rc;
+}
+
+int flowkv_scan_next(const struct flowkv_result *res, size_t *off, const uint8_t **key,
+                     size_t *klen, const uint8_t **val, size_t *vlen)
+{
+    if (*off >= res->len)
+        return 0;
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, res->data + *off, res->len - *off);
+    *klen = cons_r_u16(&r);
+    *key = cons_r_bytes(&r, *klen);
+    *vlen = cons_r_u16(&r);
+    *val = cons_r_bytes(&r, *vlen);
+    if (r.err)
+        return FK_EMALFORMED;
+    *off += r.off;
+    return 1;
+}
+
+/* ---- status ------------------------------------------------------------------------------ */
+
+static const char *role_name(uint8_t role)
+{
+    switch (role) {
+    case FKC_ROLE_LEADER:
+        return "leader";
+    case FKC_ROLE_FOLLOWER:
+        return "follower";
+    case FKC_ROLE_CANDIDATE:
+        return "candidate";
+    case FKC_ROLE_RECOVERING:
+        return "recovering";
+    case FKC_ROLE_VIEW_CHANGE:
+        return "view-change";
+    }
+    return "unknown";
+}
+
+int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uint64_t timeout_ns)
+{
+    if (kv == NULL || st == NULL || id >= kv->n)
+        return FK_EINVAL;
+    memset(st, 0, sizeof(*st));
+    st->id = id;
+    struct replica *r = &kv->r[id];
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    if (r->t == NULL && join(kv, id) < 0) {
+        fk_debug("client", "replica %u: not joined", id);
+        return 0;
+    }
+    r->status_seen = 0;
+    uint8_t kind = FKC_STATUS;
+    int rc = flow_msg_send(&r->tx, 0, kv->status_id, r->idx, &kind, 1);
+    if (rc < 0) {
+        fk_debug("client", "status request to replica %u failed: %s", id, fk_strerror(rc));
+        return 0;
+    }
+    while (!r->status_seen && fk_now_ns() < deadline)
+        pump(kv, NULL, 0, deadline);
+    if (!r->status_seen)
+        return 0;
+    st->reachable = 1;
+    snprintf(st->role, sizeof(st->role), "%s", role_name(r->status.role));
+    snprintf(st->fabric, sizeof(st->fabric), "%.6s", (const char *)r->status.fabric);
+    snprintf(st->protocol, sizeof(st->protocol), "%s",
+             r->status.protocol == CONS_PROTO_MPX ? "multipaxos" : "nopaxos");
+    st->term = r->status.term;
+    st->leader = r->status.leader;
+    st->commit = r->status.commit;
+    st->applied = r->status.applied;
+    st->last = r->status.last;
+    st->uptime_ns = r->status.uptime_ns;
+    return 0;
+}

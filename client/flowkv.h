@@ -1,0 +1,154 @@
+/*
+ * flowkv.h: libflowkv, the client library of the flowkv replicated
+ * key-value store.
+ *
+ *   flowkv *kv;
+ *   char err[256];
+ *   if (flowkv_open("run/cluster.conf", NULL, &kv, err, sizeof err) < 0) ...
+ *   flowkv_put(kv, "k", 1, "v", 1);
+ *   flowkv_close(kv);
+ *
+ * Connecting. flowkv_open reads the cluster description file (the one the
+ * replicas use: addresses, protocol) and joins each replica's reply flow;
+ * requests go to the Multi-Paxos leader (found and followed automatically)
+ * or, for NOPaxos, through the ordered multicast to every replica, whose
+ * replies are gathered until f+1 agree including the leader's (NOPaxos
+ * section 5.2.1).
+ *
+ * Semantics. Every operation is linearizable (reads go through the log)
+ * and applied at most once: each pipeline slot is one client session (a
+ * random 64-bit client id and request numbers 1, 2, ...), retried with the
+ * same number after a timeout or a leader change until the deadline. The
+ * cluster remembers the most recent SRV_CLIENTS_MAX sessions; a session it
+ * forgot answers FLOWKV_EEXPIRED: the outcome is unknown (like a timeout).
+ *
+ * Limits (checked here and by the replicas): keys 1..FLOWKV_KEY_MAX bytes,
+ * values 0..FLOWKV_VAL_MAX bytes, a scan returns 1..FLOWKV_SCAN_MAX pairs.
+ *
+ * Errors are negative codes (fk_error.h; fk_strerror names them):
+ * FK_ENOTFOUND (get, del, cas on a missing key), FK_ECASFAIL (cas: the
+ * current value differs), FK_ETOOBIG / FK_EINVAL (limits, bad arguments),
+ * FK_ETIMEDOUT (no answer before the deadline: unreachable cluster or no
+ * quorum), FK_EBUSY (the pipeline is full), FK_EFULL (the cluster's
+ * quota), FK_EEXPIRED, FK_ECONFIG (cluster file), FK_EUNREACHABLE (no
+ * replica answered at open).
+ *
+ * Threads: a handle belongs to the thread that opened it (flows are
+ * thread-centric, DFI section 3); open one handle per thread. Different
+ * handles are independent.
+ */
+#ifndef FLOWKV_H
+#define FLOWKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLOWKV_KEY_MAX      64
+#define FLOWKV_VAL_MAX      1024
+#define FLOWKV_SCAN_MAX     16
+#define FLOWKV_PIPELINE_MAX 64
+#define FLOWKV_RESULT_MAX   8192 /* bytes of a get value or scan pairs */
+
+typedef struct flowkv flowkv;
+
+struct flowkv_opts {
+    uint64_t timeout_ns; /* per operation, retries included; 0 = 5 s */
+    uint32_t pipeline;   /* operations in flight (asynchronous use); 0 = 1 */
+    const char *bind;    /* local address replicas reach this client at;
+                            NULL = the one that routes to the first replica */
+};
+
+/* Opens a handle on the cluster described by the file at path. err gets
+ * one line on failure. Errors: FK_ECONFIG / -errno (the file), FK_EINVAL,
+ * FK_ENOMEM, FK_EUNREACHABLE (no replica could be joined). */
+int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, char *err,
+                size_t errcap);
+/* Waits for nothing: operations in flight are abandoned. Safe on NULL. */
+void flowkv_close(flowkv *kv);
+
+/* ---- synchronous calls (one at a time; 0 or a negative error) ------------ */
+
+/* Copies the value into val (cap bytes) and sets *vlen; FK_ETOOBIG when
+ * cap is too small (*vlen then says how much is needed). */
+int flowkv_get(flowkv *kv, const void *key, size_t klen, void *val, size_t cap, size_t *vlen);
+int flowkv_put(flowkv *kv, const void *key, size_t klen, const void *val, size_t vlen);
+int flowkv_del(flowkv *kv, const void *key, size_t klen);
+/* Sets key to val if its value is exp (elen bytes). */
+int flowkv_cas(flowkv *kv, const void *key, size_t klen, const void *exp, size_t elen,
+               const void *val, size_t vlen);
+
+/* A scan's result: up to `count` pairs with key >= start, in key order
+ * (memcmp order, shorter first). Walk them with flowkv_scan_next. */
+struct flowkv_result {
+    int status;
+    uint32_t len;
+    uint8_t data[FLOWKV_RESULT_MAX];
+};
+int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
+                struct flowkv_result *res);
+/* Returns 1 and the next pair (pointers into res) advancing *off (start at
+ * 0), 0 at the end, FK_EMALFORMED on bad bytes. */
+int flowkv_scan_next(const struct flowkv_result *res, size_t *off, const uint8_t **key,
+                     size_t *klen, const uint8_t **val, size_t *vlen);
+
+/* ---- asynchronous, pipelined ---------------------------------------------- */
+
+enum flowkv_op_type {
+    FLOWKV_GET = 1,
+    FLOWKV_PUT = 2,
+    FLOWKV_DEL = 3,
+    FLOWKV_CAS = 4,
+    FLOWKV_SCAN = 5,
+};
+
+struct flowkv_op {
+    uint8_t type; /* enum flowkv_op_type */
+    const void *key;
+    size_t klen;
+    const void *val; /* PUT, CAS: the new value */
+    size_t vlen;
+    const void *exp; /* CAS: the expected value */
+    size_t elen;
+    uint32_t count; /* SCAN */
+    uint64_t tag;   /* returned with the completion */
+};
+
+/* Starts op (its bytes are copied). 0, FK_EBUSY (pipeline full: poll),
+ * or a limit error. */
+int flowkv_submit(flowkv *kv, const struct flowkv_op *op);
+
+struct flowkv_done {
+    uint64_t tag;
+    int status;          /* 0 or a negative error, as the synchronous calls */
+    uint32_t len;        /* GET: value bytes; SCAN: pair bytes */
+    const uint8_t *data; /* valid until the next flowkv_poll on this handle */
+};
+
+/* Waits up to timeout_ns for completions and stores up to max of them.
+ * Returns their number (0 on timeout). */
+int flowkv_poll(flowkv *kv, struct flowkv_done *done, int max, uint64_t timeout_ns);
+
+/* Operations submitted and not yet returned by flowkv_poll. */
+uint32_t flowkv_inflight(const flowkv *kv);
+
+/* ---- cluster status ----------------------------------------------------------- */
+
+struct flowkv_replica_status {
+    uint32_t id;
+    int reachable;     /* 0: no answer within the timeout (other fields 0) */
+    char role[16];     /* "leader", "follower", "candidate", "recovering", "view-change" */
+    char fabric[8];    /* "tcp", "verbs" */
+    char protocol[12]; /* "multipaxos", "nopaxos" */
+    uint64_t term;     /* ballot, or NOPaxos view (leader_num << 32 | session) */
+    uint32_t leader;
+    uint64_t commit, applied, last;
+    uint64_t uptime_ns;
+};
+
+/* Number of replicas in the cluster. */
+uint32_t flowkv_replicas(const flowkv *kv);
+/* Asks replica id for its status. 0 (st->reachable says whether it
+ * answered) or FK_EINVAL. */
+int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uint64_t timeout_ns);
+
+#endif /* FLOWKV_H */
