@@ -205,9 +205,12 @@ sim: $(SIM_PROG)
 # ---- 4. dependencies, run, tests, sanitizers, lint -------------------------
 # `make run` starts a local cluster once flowkv-server exists (the server
 # issue); until then it says so and fails rather than pretending.
+# A local cluster in the foreground (deploy/run-local.sh): installs what is
+# missing, builds, then runs. `make run PROTOCOL=multipaxos REPLICAS=5`.
+PROTOCOL ?= nopaxos
+REPLICAS ?= 3
 run: deps all
-	@echo "make run: flowkv-server is not built yet; see README.md (Status)." >&2
-	@exit 2
+	@deploy/run-local.sh -p $(PROTOCOL) -n $(REPLICAS)
 
 # Installs missing Debian packages (root or sudo), else prints the command.
 deps:
