@@ -38,7 +38,7 @@ static int config_ok(const struct nop_config *c)
            c->log_cap >= 16 && c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX &&
            c->snapshot_max >= 8 && c->snapshot_max <= CONS_MSG_MAX &&
            whole_bytes(c) <= CONS_MSG_MAX && c->heartbeat_ns > 0 &&
-           c->election_ns > 2 * c->heartbeat_ns;
+           c->election_ns > 2 * c->heartbeat_ns && c->durable <= 1;
 }
 
 /* Memory, allocated here once:
@@ -51,6 +51,8 @@ static int config_ok(const struct nop_config *c)
  *              (VIEW-CHANGE, START-VIEW, RECOVERY-REPLY: a checkpoint and a full ring);
  *              START-VIEWs to other replicas that do not fit one step are dropped like
  *              lost messages and resent when those replicas repeat their VIEW-CHANGE
+ *   durable    (durable mode only) a held-message ring as large as the arena, and
+ *              NOP_HELD_MAX descriptors of 40 B (nop_durable.c)
  * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 0.55 + 0.14 + 0.26 + 0.2 + 0.9 MiB. */
 static int alloc_all(struct nop *r)
 {
@@ -69,6 +71,13 @@ static int alloc_all(struct nop *r)
         arena = whole + (64u << 10);
     r->ob.arena = malloc(arena);
     r->ob.arena_cap = arena;
+    if (c->durable) {
+        r->held = calloc(NOP_HELD_MAX, sizeof *r->held);
+        r->held_cap = arena;
+        r->held_buf = malloc(arena);
+        if (!r->held || !r->held_buf)
+            return FK_ENOMEM;
+    }
     if (!r->log || !r->exec_sig || !r->oum || !r->ob.arena || !r->cp)
         return FK_ENOMEM;
     return cons_ctab_init(&r->ctab, c->clients_max);
@@ -122,6 +131,7 @@ int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index,
         r->synced = index;
     if (r->commit < index)
         r->commit = index;
+    nop__touch(r, r->log_len + 1); /* the log may have been cut: rewrite what follows */
     return 0;
 }
 
@@ -143,6 +153,7 @@ struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err
     r->sm = sm;
     r->f = cfg->n / 2;
     r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
+    r->dirty_lo = 1;
     if ((*err = alloc_all(r)) < 0) {
         nop_destroy(r);
         return NULL;
@@ -168,6 +179,8 @@ void nop_destroy(struct nop *r)
     free(r->oum);
     free(r->cp);
     free(r->ob.arena);
+    free(r->held);
+    free(r->held_buf);
     free(r);
 }
 
@@ -257,6 +270,7 @@ static void append(struct nop *r, const struct nop_entry *e)
 {
     assert(nop__fits(r, r->log_len + 1));
     *nop__ent(r, ++r->log_len) = *e;
+    nop__touch(r, r->log_len);
 }
 
 static void ack_request(struct nop *r, uint64_t slot, const struct cons_op *op)
@@ -270,19 +284,49 @@ static void ack_request(struct nop *r, uint64_t slot, const struct cons_op *op)
 static void send_gap_commits(struct nop *r)
 {
     for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id && !(r->gap_acks >> p & 1))
+        if (p == r->cfg.id || (r->gap_acks >> p & 1))
+            continue;
+        if (r->gap_lo == r->gap_slot) {
             nop__send_u64(r, p, NOP_GAP_COMMIT, r->gap_slot);
+            continue;
+        }
+        struct cons_wbuf w;
+        nop__begin(r, &w, NOP_GAP_COMMIT, nop__pack(r->view));
+        cons_w_u64(&w, r->gap_slot);
+        cons_w_u64(&w, r->gap_lo);
+        nop__send(r, &w, cons_replica(p));
     }
     r->gap_sent = r->now;
 }
 
+/* Whether OUM message `want` is known dropped; if so it is consumed. */
+static int take_drop(struct nop *r, uint64_t want)
+{
+    struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
+    int here = s->kind && s->msgnum == want;
+    if (here ? s->kind != NOP_OUM_DROP : want > r->oum_drop_upto)
+        return 0;
+    if (here)
+        s->kind = 0;
+    return 1;
+}
+
 /* A dropped message (5.2.2): the leader commits a NO-OP in its slot and
- * stops until f followers hold it too; a follower asks the leader. */
+ * stops until f followers hold it too; a follower asks the leader. In
+ * durable mode, where each round of gap agreement waits for disks, the
+ * leader NO-OPs the whole run of consecutive drops it knows in one round
+ * (the same agreement, for several slots: followers confirm the run only
+ * once they hold all of it), so a group that comes back from a
+ * whole-group restart far behind its sequencer catches up. */
 static void on_drop(struct nop *r)
 {
     if (nop__is_leader(r)) {
         struct nop_entry e = {.kind = NOP_ENT_NOOP};
         append(r, &e);
+        r->gap_lo = r->log_len;
+        while (r->cfg.durable && nop__fits(r, r->log_len + 1) &&
+               r->log_len - r->snap < r->cfg.log_cap / 2 && take_drop(r, expected(r)))
+            append(r, &e);
         nop__execute_to(r, r->log_len, 1);
         r->gap_slot = r->log_len;
         r->gap_acks = 0;
@@ -391,6 +435,7 @@ static void follower_put(struct nop *r, uint64_t slot, const struct nop_entry *e
         *nop__ent(r, slot) = *e;
     else
         append(r, e);
+    nop__touch(r, slot);
     if (r->find_slot && r->find_slot <= r->log_len)
         r->find_slot = 0;
 }
@@ -407,15 +452,20 @@ static void on_gap_recv(struct nop *r, const struct nop_msg *m)
     nop__drain(r);
 }
 
+/* NO-OPs for slots lo..u1 (one slot but in durable mode); confirmed only
+ * once this follower holds every one of them. */
 static void on_gap_commit(struct nop *r, const struct nop_msg *m)
 {
     struct nop_entry e = {.kind = NOP_ENT_NOOP};
-    if (m->u1 == 0 || m->u1 > r->log_len + 1 || m->u1 <= r->commit || !nop__fits(r, m->u1)) {
+    uint64_t lo = m->u2;
+    if (m->u1 == 0 || lo == 0 || lo > r->log_len + 1 || m->u1 <= r->commit ||
+        !nop__fits(r, m->u1)) {
         if (m->u1 != 0 && m->u1 <= r->commit)
             nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
         return;
     }
-    follower_put(r, m->u1, &e);
+    for (uint64_t s = lo; s <= m->u1; s++)
+        follower_put(r, s, &e);
     nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
     nop__drain(r);
 }
@@ -501,7 +551,8 @@ static void on_state(struct nop *r, const struct nop_msg *m)
 }
 
 /* The leader's commit point is the largest slot that f+1 replicas hold
- * exactly as the leader does (itself included). */
+ * exactly as the leader does (itself included; in durable mode only its
+ * durable prefix counts, so a committed slot is durable on f+1). */
 static void on_sync_rep(struct nop *r, const struct nop_msg *m)
 {
     if (!nop__is_leader(r))
@@ -510,7 +561,10 @@ static void on_sync_rep(struct nop *r, const struct nop_msg *m)
     uint64_t v[CONS_REPLICAS_MAX] = {0};
     uint32_t n = 0;
     for (uint32_t p = 0; p < r->cfg.n; p++)
-        v[n++] = p == r->cfg.id ? r->log_len : r->acked[p];
+        v[n++] = p != r->cfg.id            ? r->acked[p]
+                 : !r->cfg.durable         ? r->log_len
+                 : r->dur_len < r->log_len ? r->dur_len
+                                           : r->log_len;
     for (uint32_t a = 0; a < n; a++) { /* sort descending; n <= 7 */
         for (uint32_t b = a + 1; b < n; b++) {
             if (v[b] > v[a]) {
@@ -639,13 +693,20 @@ int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons
         return FK_EINVAL;
     r->started = 1;
     r->now = r->last_heard = now;
+    int rc = 0;
     if (mode == NOP_START_FRESH)
         r->status = NOP_NORMAL;
     else if (mode == NOP_START_RESTORED)
-        nop__start_restored(r);
+        rc = nop__start_restored(r);
     else
         nop__recover_start(r);
+    if (rc < 0) {
+        r->poisoned = 1; /* the handle must be destroyed (nop.h) */
+        cons_outbox_reset(&r->ob);
+        return rc;
+    }
     nop__persist(r);
+    nop__hold(r);
     return r->poisoned ? FK_EPOISONED : 0;
 }
 
@@ -679,17 +740,21 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
         }
         break;
     case CONS_IN_PERSISTED:
-        /* Nothing waits for durability (nop_disk.c); only check the cookie. */
+        /* Nothing waits for durability in the default mode (nop_disk.c);
+         * durable mode releases held messages (nop_durable.c). */
         if (in->cookie > r->next_cookie)
             return FK_EINVAL;
         if (in->cookie > r->durable)
             r->durable = in->cookie;
+        if (r->cfg.durable)
+            nop__on_durable(r);
         break;
     default:
         return FK_EINVAL;
     }
     maybe_checkpoint(r);
     nop__persist(r);
+    nop__hold(r);
     return r->poisoned ? FK_EPOISONED : 0;
 }
 
@@ -698,6 +763,12 @@ void nop_invariants(const struct nop *r)
     assert(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
     assert(r->snap <= r->executed && r->cp_len > 0);
     assert(r->durable <= r->next_cookie && r->pers_snap <= r->pers_upto);
+    assert(r->held_n <= NOP_HELD_MAX && (r->held_n == 0 || r->cfg.durable));
+    if (r->held_n) /* FIFO: released in cookie order */
+        assert(r->held[r->held_head].cookie <=
+               r->held[(r->held_head + r->held_n - 1) % NOP_HELD_MAX].cookie);
+    assert(!r->cfg.durable || r->status == NOP_RECOVERING || !r->pers_done ||
+           r->dirty_lo > r->log_len);
     assert(r->status == NOP_RECOVERING || (r->snap <= r->commit && r->commit <= r->log_len));
     assert(r->synced <= r->log_len || r->status != NOP_NORMAL);
     assert(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));

@@ -45,20 +45,42 @@
  *    entries differ from a new view's log rolls back to its checkpoint and
  *    re-executes.
  *
+ * Persistence has two modes (nop_config.durable):
+ *  - 0, the default: persistence is an optimisation, not a safety
+ *    mechanism (the paper's replicas are diskless and so is its
+ *    correctness argument, section 5.3.2): the core persists its
+ *    checkpoint (SNAPSHOT), COMMITTED log entries only (ENTRY, each written
+ *    once its slot is committed, so every entry on disk is final and
+ *    identical on every replica) and its view metadata (META: view, last
+ *    normal view, session start). No acknowledgement waits for
+ *    CONS_IN_PERSISTED: nothing a replica promised depends on its disk,
+ *    because a restarted replica (NOP_START_RESTORED) always runs the
+ *    recovery protocol before it acts again; its disk only spares the
+ *    transfer of the checkpoint: its RECOVERY carries its restored
+ *    committed prefix and the leader answers with the log after it,
+ *    without a checkpoint, when that prefix covers the leader's checkpoint
+ *    (nop_disk.c explains why that is safe). A group whose replicas all
+ *    restart at once cannot serve again (recovery needs f+1 replicas in
+ *    normal status), and operations acknowledged but not yet committed on
+ *    disk are lost when every replica crashes.
+ *  - 1, durable (the server's `sync` durability): every log entry the
+ *    replica holds (committed or not) and its metadata (view, last normal
+ *    view, session start, log length, commit point) are persisted, and
+ *    EVERY message the replica sends (client replies, VIEW-CHANGE,
+ *    START-VIEW, SYNC-REPLY, GAP-COMMIT-REPLY, ...) leaves only once
+ *    CONS_IN_PERSISTED covers everything persisted before it was made
+ *    (cons.h, "Durability contract"). A replica restarted from such a
+ *    disk treats its log like the one it would have sent in a VIEW-CHANGE
+ *    (section 5.2.3) and starts a view change to a higher view instead of
+ *    recovering, so a group whose replicas ALL restart from disk serves
+ *    again once f+1 of them are back, and no acknowledged operation is
+ *    lost. A replica restarted EMPTY (lost disk) still recovers and holds
+ *    no log until then. Costs: one message copy per message while its
+ *    persists are pending, a held buffer as large as the outbox arena, a
+ *    view change whenever a replica restarts from its disk, and the whole
+ *    log rewritten to disk at each view change (nop_durable.c).
+ *
  * Limits of this implementation (documented, not hidden):
- *  - Persistence is an optimisation, not a safety mechanism (the paper's
- *    replicas are diskless and so is its correctness argument, section
- *    5.3.2): the core persists its checkpoint (SNAPSHOT), COMMITTED log
- *    entries only (ENTRY, each written once its slot is committed, so
- *    every entry on disk is final and identical on every replica) and its
- *    view metadata (META: view, last normal view, session start, persisted
- *    prefix). No acknowledgement waits for CONS_IN_PERSISTED: nothing a
- *    replica promised depends on its disk, because a restarted replica
- *    (NOP_START_RESTORED) always runs the recovery protocol before it acts
- *    again; its disk only spares the transfer of the checkpoint: its
- *    RECOVERY carries its restored committed prefix and the leader answers
- *    with the log after it, without a checkpoint, when that prefix covers
- *    the leader's checkpoint (nop_disk.c explains why that is safe).
  *  - A checkpoint travels whole in one message, and view change messages
  *    carry up to a ring of entries: log_cap * CONS_WIRE_OP_MAX plus a
  *    checkpoint must fit CONS_MSG_MAX (checked at create).
@@ -82,6 +104,7 @@ enum nop_bug {
     NOP_BUG_NO_GAP_AGREEMENT = 1u << 0,    /* a follower NO-OPs a dropped slot on its own */
     NOP_BUG_FOLLOWER_EXEC = 1u << 1,       /* followers execute uncommitted entries */
     NOP_BUG_RESTORE_NO_RECOVERY = 1u << 2, /* a restored replica resumes its persisted view */
+    NOP_BUG_REPLY_UNPERSISTED = 1u << 3,   /* durable mode: client replies leave before persisted */
 };
 
 struct nop_config {
@@ -93,6 +116,8 @@ struct nop_config {
     uint64_t heartbeat_ns; /* sync and retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */
     uint64_t seed;         /* recovery nonce; fresh per incarnation */
+    uint32_t durable;      /* 1: acknowledge only what is durable, restart whole groups from
+                              disk (see "Persistence" above); 0: diskless argument */
     uint32_t bugs;         /* enum nop_bug; 0 in production */
 };
 
@@ -133,9 +158,19 @@ int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len);
 /* FRESH: a member of a new group. RESTORED: a restart from the records
- * given to nop_restore_*; rebuilds its committed prefix, then recovers.
+ * given to nop_restore_*; rebuilds its committed prefix, then recovers,
+ * or, in durable mode with a META written in durable mode, takes its
+ * persisted log and starts a view change to a higher view (every replica
+ * of a durable group that still has its disk must restart RESTORED, never
+ * EMPTY: a durable group restarted all at once needs f+1 of them).
  * EMPTY: a restart with a wiped disk; recovers first. FK_EINVAL when
- * started twice, or RESTORED without a META record. */
+ * started twice, or RESTORED without a META record; FK_EMALFORMED when a
+ * durable META's log has a hole (an ENTRY record missing between the
+ * snapshot and the persisted log length): destroy the handle and restart
+ * EMPTY with a wiped disk. A META of the other mode is accepted: durable
+ * mode then recovers (that disk holds no log), default mode uses only its
+ * committed prefix. In durable mode a driver must keep feeding ticks and
+ * CONS_IN_PERSISTED: held messages leave in the outbox of a later step. */
 int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons_outbox **out);
 /* Feeds one input (cons.h). Returns 0, FK_EMALFORMED (message ignored),
  * FK_EINVAL (misuse: not started, unknown input, a persisted cookie never

@@ -49,19 +49,18 @@
 #include <assert.h>
 #include <string.h>
 
-#define NOP_META_MAGIC 0x4d504f4eu /* "NOPM" */
-
 /* ---- persisting -------------------------------------------------------- */
 
-static void item_begin(struct nop *r, struct cons_wbuf *w)
+void nop__item_begin(struct nop *r, struct cons_wbuf *w)
 {
     cons_wbuf_init(w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
 }
 
 /* Adds the record written in w as a persist item. FK_EFULL when it did not
  * fit the arena or the array: the item is deferred to a later step, which
- * is harmless because nothing waits for it (see above). */
-static int item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons_wbuf *w)
+ * is harmless because nothing waits for it (see above; in durable mode
+ * the step's messages wait for the later step, nop_durable.c). */
+int nop__item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons_wbuf *w)
 {
     if (w->err || r->ob.npersists >= CONS_OUT_PERSIST_MAX)
         return FK_EFULL;
@@ -75,7 +74,7 @@ static int item_end(struct nop *r, uint8_t kind, uint64_t index, const struct co
     return 0;
 }
 
-static void put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e)
+void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e)
 {
     cons_w_u64(w, slot);
     cons_w_u8(w, e->kind);
@@ -89,13 +88,13 @@ static void persist_meta(struct nop *r)
     if (r->pers_meta_ok && memcmp(meta, r->pers_meta, sizeof meta) == 0)
         return;
     struct cons_wbuf w;
-    item_begin(r, &w);
+    nop__item_begin(r, &w);
     cons_w_u32(&w, NOP_META_MAGIC);
     cons_w_u32(&w, r->cfg.n);
     cons_w_u32(&w, r->cfg.id);
     for (int k = 0; k < 3; k++)
         cons_w_u64(&w, meta[k]);
-    if (item_end(r, CONS_PERSIST_META, 0, &w) == 0) {
+    if (nop__item_end(r, CONS_PERSIST_META, 0, &w) == 0) {
         memcpy(r->pers_meta, meta, sizeof meta);
         r->pers_meta_ok = 1;
     }
@@ -105,12 +104,16 @@ void nop__persist(struct nop *r)
 {
     if (r->status == NOP_RECOVERING || r->poisoned || !r->started)
         return;
+    if (r->cfg.durable) {
+        nop__persist_durable(r); /* the whole log, nop_durable.c */
+        return;
+    }
     assert(r->pers_snap <= r->pers_upto);
     struct cons_wbuf w;
     if (r->snap > r->pers_snap) {
-        item_begin(r, &w);
+        nop__item_begin(r, &w);
         cons_w_bytes(&w, r->cp, r->cp_len);
-        if (item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
+        if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
             return; /* the entries after it wait for it */
         r->pers_snap = r->snap;
         if (r->pers_upto < r->snap)
@@ -120,9 +123,9 @@ void nop__persist(struct nop *r)
     while (r->pers_upto < r->commit && r->ob.npersists + 1 < CONS_OUT_PERSIST_MAX) {
         uint64_t slot = r->pers_upto + 1;
         assert(slot > r->snap && slot <= r->log_len);
-        item_begin(r, &w);
-        put_entry(&w, slot, nop__ent(r, slot));
-        if (item_end(r, CONS_PERSIST_ENTRY, slot, &w) < 0)
+        nop__item_begin(r, &w);
+        nop__put_entry(&w, slot, nop__ent(r, slot));
+        if (nop__item_end(r, CONS_PERSIST_ENTRY, slot, &w) < 0)
             break;
         r->pers_upto = slot;
     }
@@ -138,11 +141,18 @@ int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len)
     struct cons_rbuf rd;
     cons_rbuf_init(&rd, buf, len);
     uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
+    if (rd.err || n != r->cfg.n || id != r->cfg.id)
+        return FK_EMALFORMED;
+    if (magic == NOP_META_LOG_MAGIC) {
+        int rc = nop__restore_meta_durable(r, &rd); /* written in durable mode */
+        r->meta_seen = rc == 0;
+        return rc;
+    }
     struct nop_view v = nop__unpack(cons_r_u64(&rd));
     struct nop_view ln = nop__unpack(cons_r_u64(&rd));
     uint64_t sess_start = cons_r_u64(&rd);
-    if (cons_r_done(&rd) < 0 || magic != NOP_META_MAGIC || n != r->cfg.n || id != r->cfg.id ||
-        ln.leader_num > v.leader_num || ln.session > v.session)
+    if (cons_r_done(&rd) < 0 || magic != NOP_META_MAGIC || ln.leader_num > v.leader_num ||
+        ln.session > v.session)
         return FK_EMALFORMED;
     /* The replica was normal in ln, so f+1 replicas reached a view >= ln:
      * recovery may insist on it (rec_floor). The view it was changing to
@@ -213,19 +223,27 @@ static void resume_without_recovery(struct nop *r)
     r->synced = r->log_len;
 }
 
-void nop__start_restored(struct nop *r)
+int nop__start_restored(struct nop *r)
 {
     assert(r->meta_seen && r->started);
+    if (r->cfg.durable && r->rest_log && !(r->cfg.bugs & NOP_BUG_RESTORE_NO_RECOVERY))
+        return nop__start_from_log(r); /* nop_durable.c */
     uint64_t have = r->snap;
     while (have < r->snap + r->cfg.log_cap && *nop__sig(r, have + 1) == have + 1)
         have++;
+    /* A disk of durable mode holds uncommitted entries too: only its
+     * committed prefix is committed state. */
+    if (r->rest_log && have > r->rest_commit)
+        have = r->rest_commit > r->snap ? r->rest_commit : r->snap;
     r->log_len = r->commit = r->synced = have;
     nop__execute_to(r, have, 0);
     /* The disk holds this much already. */
     r->pers_snap = r->snap;
     r->pers_upto = have;
+    r->dirty_lo = have + 1;
     if (r->cfg.bugs & NOP_BUG_RESTORE_NO_RECOVERY)
         resume_without_recovery(r);
     else
         nop__recover_start(r);
+    return 0;
 }

@@ -17,7 +17,7 @@ enum nop_type {
     NOP_REPLY = 3,          /* term = view; u64 slot, u8 has_result, reply */
     NOP_GAP_FIND = 4,       /* term = view; u64 slot */
     NOP_GAP_RECV = 5,       /* term = view; log segment of one entry */
-    NOP_GAP_COMMIT = 6,     /* term = view; u64 slot */
+    NOP_GAP_COMMIT = 6,     /* term = view; u64 slot [, u64 lo: NO-OPs in lo..slot] */
     NOP_GAP_COMMIT_REP = 7, /* term = view; u64 slot */
     NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
     NOP_SYNC_REP = 9,       /* term = view; u64 synced */
@@ -41,6 +41,18 @@ enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 
 #define NOP_SYNC_ENTRIES 16 /* entries per SYNC message */
 #define NOP_OUM_BUF      64 /* OUM messages held while the next one is missing */
+/* Durable mode: messages waiting for their persists (nop_durable.c). One
+ * reply per client operation of the last disk round trip, plus protocol
+ * messages: 1,024 covers a disk commit of ~1,000 operations; beyond it a
+ * message is dropped like a lost one (clients and timers resend). */
+#define NOP_HELD_MAX 1024
+
+struct nop_held {
+    struct cons_addr to;
+    uint64_t cookie; /* released once durable >= cookie; 0: its step's persists incomplete */
+    size_t off;      /* bytes at held_buf + off */
+    uint32_t len;
+};
 
 struct nop_entry {
     uint8_t kind; /* enum nop_ent */
@@ -88,8 +100,9 @@ struct nop {
     struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
     uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */
 
-    /* Gap agreement: the leader's pending NO-OP, a follower's missing slot. */
-    uint64_t gap_slot, gap_acks, gap_sent;
+    /* Gap agreement: the leader's pending NO-OPs (gap_lo..gap_slot, one
+     * slot except in durable mode), a follower's missing slot. */
+    uint64_t gap_slot, gap_lo, gap_acks, gap_sent;
     uint64_t find_slot, find_sent;
 
     /* Leader: each follower's synced prefix; sync timer. */
@@ -116,8 +129,30 @@ struct nop {
      * entries up to pers_upto, and the metadata last written. */
     uint64_t next_cookie, durable;
     uint64_t pers_snap, pers_upto;
-    uint64_t pers_meta[4]; /* view, last_normal, sess_start, pers_upto as last written */
+    uint64_t pers_meta[5]; /* the META fields as last written */
     int pers_meta_ok, meta_seen;
+
+    /* Durable mode (nop_durable.c). dirty_lo: the lowest slot whose disk
+     * copy may differ from the log (every write to the log lowers it,
+     * nop__touch); pers_done: the last step's persists covered the whole
+     * state, so its messages may take its last cookie. dur_len: the
+     * leader's own log prefix known durable in this view: meta_wait is
+     * the cookie of the oldest META not known durable, whose log length
+     * (meta_wait_len) becomes dur_len when it is; meta_last the newest,
+     * which becomes the next meta_wait (so dur_len keeps up however
+     * often META is rewritten). */
+    uint64_t dirty_lo, dur_len, meta_wait, meta_wait_len, meta_last, meta_last_len;
+    int pers_done;
+    struct nop_held *held; /* FIFO ring of NOP_HELD_MAX, cookies non-decreasing */
+    uint32_t held_head, held_n;
+    uint8_t *held_buf; /* byte ring for their bytes: [hb_head, hb_tail), wrapped when hb_wrap */
+    size_t held_cap, hb_head, hb_tail;
+    int hb_wrap;
+    uint64_t held_dropped;
+    /* A META restored in durable layout: the log it describes. */
+    int rest_log;
+    struct nop_view rest_view;
+    uint64_t rest_len, rest_commit;
 
     struct cons_reply reply;
     struct cons_op scratch_op;
@@ -190,11 +225,41 @@ void nop__drain(struct nop *r);
 uint64_t nop__entry_hash(const struct nop_entry *e);
 
 /* nop_disk.c */
+#define NOP_META_MAGIC     0x4d504f4eu /* "NOPM": META of the default mode */
+#define NOP_META_LOG_MAGIC 0x4c504f4eu /* "NOPL": META of durable mode (nop_durable.c) */
 /* Queues persist items for what changed (never while recovering). */
 void nop__persist(struct nop *r);
+/* A persist item: write the record into w (begin), then add it (end:
+ * FK_EFULL when it did not fit the arena or the array; nothing added). */
+void nop__item_begin(struct nop *r, struct cons_wbuf *w);
+int nop__item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons_wbuf *w);
+/* An ENTRY record: u64 slot, u8 kind, the op for a request. */
+void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e);
 /* NOP_START_RESTORED: rebuilds the committed prefix from the restored
- * records, then recovers (or, with the planted bug, does not). */
-void nop__start_restored(struct nop *r);
+ * records, then recovers (or, with the planted bug, does not); in durable
+ * mode with a durable META, takes the whole log and changes view. 0 or
+ * FK_EMALFORMED (a hole in a durable log). */
+int nop__start_restored(struct nop *r);
+
+/* nop_durable.c */
+/* Lowers the dirty mark: slot (and what follows) must be written again. */
+static inline void nop__touch(struct nop *r, uint64_t slot)
+{
+    if (slot < r->dirty_lo)
+        r->dirty_lo = slot;
+}
+/* Durable mode: persists the snapshot, every dirty slot and META. */
+void nop__persist_durable(struct nop *r);
+/* Durable mode: META in durable layout (also parsed by nop_restore_meta). */
+int nop__restore_meta_durable(struct nop *r, struct cons_rbuf *rd);
+/* Durable mode, RESTORED with a durable META: takes the persisted log and
+ * starts a view change. 0 or FK_EMALFORMED (a hole in the log). */
+int nop__start_from_log(struct nop *r);
+/* Durable mode, at the end of every call: holds the outbox's messages
+ * until their persists are durable, releases those now durable. */
+void nop__hold(struct nop *r);
+/* Durable mode: the durable cookie grew. */
+void nop__on_durable(struct nop *r);
 
 /* nop_view.c */
 void nop__start_view_change(struct nop *r, struct nop_view v);

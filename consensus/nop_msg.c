@@ -64,8 +64,11 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
     case NOP_OUM_DROP:
         m->u1 = cons_r_u64(r);
         return m->u1 == 0 ? FK_EMALFORMED : 0;
-    case NOP_GAP_FIND:
     case NOP_GAP_COMMIT:
+        m->u1 = cons_r_u64(r);
+        m->u2 = r->off < r->len ? cons_r_u64(r) : m->u1; /* lo: a run of NO-OPs */
+        return m->u2 > m->u1 ? FK_EMALFORMED : 0;
+    case NOP_GAP_FIND:
     case NOP_GAP_COMMIT_REP:
     case NOP_SYNC_REP:
         m->u1 = cons_r_u64(r);

@@ -92,6 +92,14 @@ static void enter_view(struct nop *r, int leader)
     r->next_sync = r->now;
     nop__check_executed(r);
     nop__execute_to(r, leader ? r->log_len : r->commit, 0);
+    if (r->cfg.durable) {
+        /* A new log: the leader's own durable prefix counts from the
+         * META written for it (nop_durable.c), and that META must be
+         * written even if no field looks changed. */
+        r->dur_len = 0;
+        r->meta_wait = r->meta_last = 0;
+        r->pers_meta_ok = 0;
+    }
 }
 
 static void finish_view_change(struct nop *r)
@@ -139,6 +147,7 @@ static void merge_vc(struct nop *r, const struct nop_msg *m)
         r->vc_best = ln;
         r->sess_start = m->u1;
         r->log_len = end > r->commit ? end : r->commit;
+        nop__touch(r, r->log_len + 1);
     }
     struct cons_rbuf rd = m->ents;
     struct nop_entry e;
@@ -150,6 +159,9 @@ static void merge_vc(struct nop *r, const struct nop_msg *m)
             *nop__ent(r, ++r->log_len) = e;
         else if (cmp > 0 || e.kind == NOP_ENT_NOOP)
             *nop__ent(r, i) = e;
+        else
+            continue;
+        nop__touch(r, i);
     }
     nop__check_executed(r);
 }
@@ -188,11 +200,14 @@ void nop__on_start_view(struct nop *r, const struct nop_msg *m)
     struct nop_entry e;
     for (uint64_t i = m->lo; i <= end; i++) {
         nop__entry_next(&rd, &e);
-        if (i > r->snap)
+        if (i > r->snap) {
             *nop__ent(r, i) = e;
+            nop__touch(r, i);
+        }
     }
     r->view = v;
     r->log_len = end > r->snap ? end : r->snap;
+    nop__touch(r, r->log_len + 1);
     r->sess_start = m->u1;
     uint64_t c = m->u2 < r->log_len ? m->u2 : r->log_len;
     if (c > r->commit)
@@ -306,6 +321,7 @@ static int take_leader_log(struct nop *r, const struct nop_msg *m)
         assert(r->executed == r->rec_base);
         r->log_len = r->rec_base;
     }
+    nop__touch(r, r->log_len + 1);
     for (uint32_t i = 0; i < m->nents; i++)
         nop__entry_next(&rd, nop__ent(r, ++r->log_len));
     return 0;

@@ -1,17 +1,20 @@
 /* flowkv-sim: runs the deterministic fault simulator over many seeds.
  *
  *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]
- *              [--ops N] [--fault-ms MS] [--bug NAME] [--verbose] [--expect-failure]
+ *              [--ops N] [--fault-ms MS] [--durable] [--bug NAME] [--verbose]
+ *              [--expect-failure]
  *
  * --seeds N runs seeds first..first+N-1 (default 1000 from 1) for each
  * protocol chosen (default both); --seed S runs one seed (replay) and
  * implies --verbose 1. --ops N sets operations per client (default 40) and
  * --fault-ms the virtual length of the fault phase (default 2000); clients
- * start no new operation after it. A failing seed prints its reason and the exact
+ * start no new operation after it. --durable runs NOPaxos replicas in
+ * durable mode (nop.h) with whole-group crashes and slow disks (sim.h).
+ * A failing seed prints its reason and the exact
  * command that replays it; the exit status is 1 when any seed failed.
  * --bug plants a known bug: apply-uncommitted, local-reads, no-merge
- * (Multi-Paxos) or no-gap-agreement, follower-exec, restore-no-recovery
- * (NOPaxos); with
+ * (Multi-Paxos) or no-gap-agreement, follower-exec, restore-no-recovery,
+ * reply-unpersisted (NOPaxos; the last implies --durable); with
  * --expect-failure the status is 0 only if some seed failed (the checkers
  * can fail), stopping at the first. Prints, per protocol, the wall and CPU
  * time, the fault mix and simulated client operations per CPU-second. */
@@ -38,11 +41,13 @@ static const struct {
     {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
     {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
     {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY},
+    {"reply-unpersisted", SIM_NOP, NOP_BUG_REPLY_UNPERSISTED}, /* durable mode only */
 };
 
 struct args {
     uint64_t first, count;
     int verbose, expect_failure, protos; /* protos: bit 0 mpx, bit 1 nop */
+    int durable;                         /* NOPaxos durable mode */
     uint32_t ops;                        /* operations per client */
     uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
     uint32_t bugs;
@@ -52,10 +57,11 @@ struct args {
 static void usage(void)
 {
     fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]\n"
-                    "                  [--ops N] [--fault-ms MS] [--bug NAME] [--verbose]\n"
-                    "                  [--expect-failure]\n"
+                    "                  [--ops N] [--fault-ms MS] [--durable] [--bug NAME]\n"
+                    "                  [--verbose] [--expect-failure]\n"
                     "bugs: apply-uncommitted, local-reads, no-merge (mpx);\n"
-                    "      no-gap-agreement, follower-exec, restore-no-recovery (nop)\n");
+                    "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
+                    "      reply-unpersisted (nop, durable)\n");
 }
 
 static int parse_bug(struct args *a, const char *name)
@@ -65,6 +71,8 @@ static int parse_bug(struct args *a, const char *name)
             a->bugs |= bugs[i].bit;
             a->bug_name = name;
             a->protos = 1 << bugs[i].proto;
+            if (bugs[i].bit == NOP_BUG_REPLY_UNPERSISTED && bugs[i].proto == SIM_NOP)
+                a->durable = 1;
             return 0;
         }
     }
@@ -80,7 +88,7 @@ static int parse_args(int argc, char **argv, struct args *a)
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = v && argv[i][0] == '-' && strcmp(argv[i], "--verbose") != 0 &&
-                    strcmp(argv[i], "--expect-failure") != 0;
+                    strcmp(argv[i], "--expect-failure") != 0 && strcmp(argv[i], "--durable") != 0;
         if (strcmp(argv[i], "--seeds") == 0 && v) {
             a->count = strtoull(v, NULL, 10);
         } else if (strcmp(argv[i], "--fault-ms") == 0 && v) {
@@ -103,6 +111,8 @@ static int parse_args(int argc, char **argv, struct args *a)
                 return -1;
         } else if (strcmp(argv[i], "--verbose") == 0) {
             a->verbose = 2;
+        } else if (strcmp(argv[i], "--durable") == 0) {
+            a->durable = 1;
         } else if (strcmp(argv[i], "--expect-failure") == 0) {
             a->expect_failure = 1;
         } else {
@@ -117,6 +127,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 struct totals {
     uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
+    uint64_t crash_alls;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -132,6 +143,7 @@ static void add(struct totals *t, const struct sim_result *r)
     t->n5 += r->n == 5;
     t->failovers += r->failovers;
     t->oum += r->oum_drops;
+    t->crash_alls += r->crash_alls;
 }
 
 /* Runs the campaign for one protocol; returns the number of failed seeds. */
@@ -146,7 +158,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
                              .bugs = a->bugs,
                              .verbose = a->verbose,
                              .ops_per_client = a->ops,
-                             .fault_ms = a->fault_ms};
+                             .fault_ms = a->fault_ms,
+                             .durable = proto == SIM_NOP && a->durable};
         struct sim_result r;
         if (sim_run(&o, &r) < 0) {
             fprintf(stderr, "flowkv-sim: out of memory\n");
@@ -156,23 +169,27 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
         if (!r.ok) {
             t.failed++;
             printf("FAIL %s seed %" PRIu64 " (n=%u): %s\n  replay: %s --proto %s --seed %" PRIu64
-                   " --ops %u --fault-ms %" PRIu64 "%s%s\n",
+                   " --ops %u --fault-ms %" PRIu64 "%s%s%s\n",
                    pname, s, r.n, r.why, argv0, pname, s, a->ops, a->fault_ms ? a->fault_ms : 2000,
-                   a->bug_name ? " --bug " : "", a->bug_name ? a->bug_name : "");
+                   o.durable ? " --durable" : "", a->bug_name ? " --bug " : "",
+                   a->bug_name ? a->bug_name : "");
             fflush(stdout);
             if (a->expect_failure)
                 break;
         }
     }
     double cpu_s = (double)(fk_cpu_ns() - cpu0) / 1e9, wall_s = (double)(fk_now_ns() - wall0) / 1e9;
-    printf("flowkv-sim %s: %" PRIu64 " seeds (%" PRIu64 " with 5 replicas), %" PRIu64
+    printf("flowkv-sim %s%s: %" PRIu64 " seeds (%" PRIu64 " with 5 replicas), %" PRIu64
            " failed, %.1f s wall, %.1f s CPU\n",
-           pname, t.ran, t.n5, t.failed, wall_s, cpu_s);
+           pname, proto == SIM_NOP && a->durable ? " (durable)" : "", t.ran, t.n5, t.failed, wall_s,
+           cpu_s);
     printf("  faults: %" PRIu64 " messages, %" PRIu64 " dropped, %" PRIu64 " duplicated, %" PRIu64
            " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty)",
            t.msgs, t.drops, t.dups, t.parts, t.crashes, t.empties);
     if (proto == SIM_NOP)
         printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops", t.failovers, t.oum);
+    if (proto == SIM_NOP && a->durable)
+        printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
            cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
     return t.failed;

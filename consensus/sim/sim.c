@@ -404,6 +404,25 @@ static uint32_t down_count(struct world *w)
 
 /* ---- faults ----------------------------------------------------------------- */
 
+/* Durable NOPaxos: every replica that is up crashes at once (losing the
+ * persists its disk had not completed) and restarts from its disk later;
+ * replicas already down keep their pending restart. Replicas without a
+ * log (restarting or recovering empty) stay at most f: this fault adds
+ * none, so f+1 restored replicas can always change view (nop_durable.c). */
+static void crash_all(struct world *w)
+{
+    sim__say(w, 1, "fault: crash every replica (restart with disk)");
+    w->res->crash_alls++;
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up)
+            continue;
+        crash(w, i);
+        w->res->crashes++;
+        sim__at(w, sim__urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
+                MPX_START_RESTORED, NULL);
+    }
+}
+
 static void on_fault(struct world *w)
 {
     uint64_t dice = sim__rnd(w) % 100;
@@ -434,6 +453,8 @@ static void on_fault(struct world *w)
             sim__at(w, sim__urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
                     empty ? MPX_START_EMPTY : MPX_START_RESTORED, NULL);
         }
+    } else if (dice < 88 && w->o->durable && w->o->proto == SIM_NOP) {
+        crash_all(w);
     }
     if (w->now < w->fault_end)
         sim__at(w, sim__urange(w, 20 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
@@ -750,6 +771,8 @@ static void setup(struct world *w)
     w->dup_p = sim__ufrac(w) * 0.05;
     w->delay_max = sim__urange(w, 1 * MS, 15 * MS);
     w->disk_max = sim__urange(w, 100000, 3 * MS);
+    if (w->o->durable) /* slow disks too: acknowledgements wait for them */
+        w->disk_max = sim__urange(w, 100000, 25 * MS);
     w->fault_end = w->o->fault_ms ? w->o->fault_ms * MS : SIM_FAULT_NS;
     w->res->n = w->n;
     w->res->clients = w->nclients;

@@ -11,7 +11,10 @@
  *            loses the ones not completed;
  *   crashes  at most f replicas down (or recovering) at once; each restarts
  *            after a random time with its disk (restored, then recovery
- *            for NOPaxos) or empty (recovery, state transfer);
+ *            for NOPaxos) or empty (recovery, state transfer); with
+ *            `durable` (NOPaxos durable mode, nop.h) also every replica
+ *            at once, each restarting from its disk (a view change), and
+ *            disks up to 25 ms slow so acknowledgements wait for them;
  *   OUM      for NOPaxos, a sequencer stamps each client request with
  *            (session, number) and multicasts it in order to every replica,
  *            replacing it by a drop notification at random; it fails over
@@ -47,6 +50,7 @@ struct sim_opts {
     int verbose;             /* 1: one line per fault; 2: plus every client op */
     uint32_t ops_per_client; /* default 40 */
     uint64_t fault_ms;       /* virtual length of the fault phase; 0 = 2,000 */
+    int durable;             /* NOPaxos: durable mode, whole-group crashes */
 };
 
 struct sim_result {
@@ -56,6 +60,7 @@ struct sim_result {
     uint64_t ops_done, ops_issued;
     uint64_t steps, msgs, dropped, duplicated, partitions, crashes, empty_restarts;
     uint64_t failovers, oum_drops; /* NOPaxos: sequencer failovers, OUM drop notifications */
+    uint64_t crash_alls;           /* durable NOPaxos: whole-group crashes */
     uint64_t vtime_ns;             /* virtual time at the end */
     double drop_p, dup_p;
 };

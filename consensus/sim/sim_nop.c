@@ -37,6 +37,7 @@ void sim__nop_boot(struct world *w, uint32_t i, int mode)
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,
         .seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + r->inc,
+        .durable = w->o->durable ? 1 : 0,
         .bugs = w->o->bugs,
     };
     int err;
