@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The short simulation campaign of `make test`: 1,000 faulty seeds of
-# Multi-Paxos and 1,000 of NOPaxos (replicas restart with their disk or
-# empty) must all pass, and each planted bug must
-# be caught by the checkers (proof that they can fail). `make sim SEEDS=N`
-# runs longer ones.
+# Multi-Paxos, 1,000 of NOPaxos (replicas restart with their disk or
+# empty) and 500 of NOPaxos in durable mode (whole-group crashes, restarts
+# from disk) must all pass, and each planted bug must be caught by the
+# checkers (proof that they can fail). `make sim SEEDS=N` runs longer ones.
 set -u
 . "$(dirname "$0")/../lib.sh"
 sim=${BUILD:-build}/bin/flowkv-sim
@@ -23,7 +23,19 @@ for proto in mpx nop; do
     fi
 done
 
-for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec restore-no-recovery; do
+out=$("$sim" --proto nop --durable --seeds 500 2>&1)
+rc=$?
+echo "$out" | tail -n 3
+if [ $rc -eq 0 ] && grep -q "nop (durable): 500 seeds.* 0 failed" <<<"$out"; then
+    t_ok "nop durable: 500 seeds with whole-group crashes pass"
+else
+    t_fail "nop durable: 500 seeds with whole-group crashes pass" \
+        "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
+fi
+
+# reply-unpersisted runs in durable mode (the option implies --durable).
+for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec restore-no-recovery \
+    reply-unpersisted; do
     out=$("$sim" --seeds 1000 --bug "$bug" --expect-failure 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && grep -q "replay: .* --seed [0-9]* .*--bug $bug" <<<"$out"; then
