@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The verbs backend on Soft-RoCE: boots the rdma-vm guest
 # (tests/rdma-vm/vm.sh) and runs tests/rdma-vm/verbs_suite.sh there: the
-# fabric and flows test programs with FLOWKV_FABRIC=verbs on rxe0, the
-# two-host pair test across the veth wire between rxe0 and rxe1, and the
-# work-request counters (fails if no RDMA WRITE, READ or FETCH_AND_ADD was
+# fabric and flows test programs with FLOWKV_FABRIC=verbs on rxe0, then
+# across the veth wire between the two hosts the two-process pair test and
+# the flows suite's cross-process scenarios (test_flow_shuffle and
+# test_flow_replicate, sources on rxe0's 10.77.0.1, targets on rxe1's
+# 10.77.0.2), and the work-request counters (fails if no RDMA WRITE, READ or FETCH_AND_ADD was
 # posted). Every guest check counts here; a VM that does not boot or gives
 # no result is a failure, never a skip.
 set -u

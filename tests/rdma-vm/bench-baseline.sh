@@ -9,7 +9,8 @@
 #                  write_bw_8KiB_MBps=<median BW average, 8 KiB messages>
 #
 # 64 B is the tuple size the flows benchmark compares at; 8 KiB is DFI's
-# default segment size. MB/s is perftest's (10^6 bytes per second).
+# default segment size. MB/s is perftest's MB/sec, which is MiB/s (2^20 bytes
+# per second, `ib_write_bw --help`).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 runs=${1:-5}

@@ -10,12 +10,18 @@
 # on vethB 10.77.0.2, both in the guest's root network namespace; rxe
 # cannot work in another namespace on this kernel, MULTICAST.md):
 #   1. On host A alone (FLOWKV_RDMA_DEVICE=rxe0): test_fab_verbs,
-#      test_fab_ops and every test_flow_* program with FLOWKV_FABRIC=verbs.
+#      test_fab_ops and the test_flow_* programs that create their nodes
+#      themselves (api, elastic, msg), with FLOWKV_FABRIC=verbs.
 #      They create nodes on the default address, which the verbs backend
 #      maps to rxe0's 10.77.0.1; rxe loops same-device traffic back
 #      internally.
 #   2. Across the wire: test_fab_verbs_pair with one process on A and one
-#      on B; vethA's transmit counter must grow (RoCE packets on the wire).
+#      on B, then the flows suite's cross-process scenarios (test_flow_shuffle
+#      and test_flow_replicate: every ft_run) with their source processes
+#      and the declaring node on A (FLOWTEST_SOURCE_HOST) and their target
+#      processes on B (FLOWTEST_TARGET_HOST; tests/flows/flowtest.h); the
+#      verbs backend picks the device that owns each address. vethA's
+#      transmit counter must grow for each (RoCE packets on the wire).
 #   3. Every verbs node appends its counters to one file
 #      (FLOWKV_FAB_COUNTERS); the totals are printed and the run fails if
 #      no RDMA WRITE, READ or FETCH_AND_ADD was posted.
@@ -81,10 +87,12 @@ run_prog() {
     fi
 }
 
-# 1. One host (rxe0).
+# 1. One host (rxe0). The flows programs whose scenarios all go through
+# ft_run run across the two hosts instead (step 2).
+cross=(test_flow_shuffle test_flow_replicate)
 progs=("$build/tests/test_fab_verbs" "$build/tests/test_fab_ops")
 for p in "$build"/tests/test_flow_*; do
-    [ -x "$p" ] && progs+=("$p")
+    [[ -x $p && " ${cross[*]} " != *" ${p##*/} "* ]] && progs+=("$p")
 done
 for p in "${progs[@]}"; do
     FLOWKV_RDMA_DEVICE=$RDMA_DEV_A run_prog "rxe0" "$p"
@@ -92,14 +100,25 @@ done
 
 # 2. Two hosts across the wire.
 tx() { cat "/sys/class/net/$RDMA_IF_A/statistics/tx_packets"; }
-before=$(tx)
-run_prog "rxe0<->rxe1" "$build/tests/test_fab_verbs_pair"
-sent=$(($(tx) - before))
-if [ "$sent" -ge 400 ]; then
-    t_ok "pair traffic crossed the veth wire ($sent packets sent by $RDMA_IF_A)"
-else
-    t_fail "pair traffic crossed the veth wire" "$RDMA_IF_A sent only $sent packets"
-fi
+
+# across LABEL PROG: runs PROG (already placed on the two hosts by its
+# environment) and checks that A sent at least 400 packets on the wire.
+across() {
+    local label=$1 prog=$2 before sent
+    before=$(tx)
+    run_prog "$label" "$prog"
+    sent=$(($(tx) - before))
+    if [ "$sent" -ge 400 ]; then
+        t_ok "$label: $(basename "$prog") crossed the veth wire ($sent packets sent by $RDMA_IF_A)"
+    else
+        t_fail "$label: $(basename "$prog") crossed the veth wire" "$RDMA_IF_A sent only $sent packets"
+    fi
+}
+across "rxe0<->rxe1" "$build/tests/test_fab_verbs_pair"
+for p in "${cross[@]}"; do
+    FLOWTEST_SOURCE_HOST=$RDMA_IP_A FLOWTEST_TARGET_HOST=$RDMA_IP_B \
+        across "rxe0-sources-to-rxe1-targets" "$build/tests/$p"
+done
 
 # 3. Counters of every verbs node that was destroyed cleanly.
 if [ -s "$FLOWKV_FAB_COUNTERS" ]; then

@@ -173,8 +173,14 @@ TEST(fab_write_read_faa_across_processes)
 #define ROUNDS    3000
 struct seg {
     uint8_t payload[SEG_BYTES - 8];
-    uint64_t footer; /* round number + 1 when consumable, 0 when free */
+    uint64_t footer; /* SEG_READY | (round number + 1) when consumable, 0 when free */
 };
+/* The ready flag sits in the footer's most significant byte, as flows'
+ * FOOT_CONSUMABLE does: a device that copies with byte stores (rxe's
+ * responder uses memcpy, byte by byte under TCG) lands the word's low
+ * bytes first, so a reader may see a torn footer (round 2129's 2130 read
+ * as 82, its low byte) but sees the flag only once the whole word landed. */
+#define SEG_READY (1ULL << 63)
 static struct seg g_ring[NSEG] __attribute__((aligned(64)));
 static uint64_t g_consumed __attribute__((aligned(8)));
 
@@ -195,12 +201,12 @@ static void ring_child(struct child *c)
         uint64_t deadline = fk_now_ns() + 10 * SEC;
         for (;;) {
             uint64_t bell = fab_node_doorbell(n);
-            if (fab_load64(&s->footer) != 0)
+            if (fab_load64(&s->footer) & SEG_READY)
                 break;
             CHECK(fk_now_ns() < deadline);
             fab_node_wait(n, bell, 100 * FK_NSEC_PER_MSEC);
         }
-        CHECK_EQ_U64(fab_load64(&s->footer), r + 1);
+        CHECK_EQ_U64(fab_load64(&s->footer), SEG_READY | (r + 1));
         for (size_t i = 0; i < sizeof(s->payload); i++)
             CHECK_MSG(s->payload[i] == (uint8_t)r, "round %lu byte %zu: %u", (unsigned long)r, i,
                       s->payload[i]);
@@ -230,7 +236,7 @@ TEST(fab_footer_after_payload_wraps_ring)
             wait_one(c);
         }
         memset(s.payload, (int)(uint8_t)r, sizeof(s.payload));
-        s.footer = r + 1;
+        s.footer = SEG_READY | (r + 1);
         uint64_t at = e[0].rkey.addr + (r % NSEG) * sizeof(struct seg);
         if (r % 2 == 0) { /* one write: footer is its last word */
             CHECK_OK(fab_post_write(c, NULL, &s, sizeof(s), at, e[0].rkey.key, r, 0));
