@@ -304,7 +304,7 @@ static int take_drop(struct nop *r, uint64_t want)
 {
     struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
     int here = s->kind && s->msgnum == want;
-    if (here ? s->kind != NOP_OUM_DROP : want > r->oum_drop_upto)
+    if (want == 0 || (here ? s->kind != NOP_OUM_DROP : want > r->oum_drop_upto))
         return 0;
     if (here)
         s->kind = 0;
