@@ -1,11 +1,14 @@
-/* nop_disk.c: what a NOPaxos replica persists, how it comes back from its
- * disk, and why neither weakens safety.
+/* nop_disk.c: what a NOPaxos replica persists in the default mode, how it
+ * comes back from its disk, and why neither weakens safety. Durable mode
+ * (nop_config.durable, nop_durable.c) persists the whole log instead and
+ * restarts by a view change; restoring records of either layout and the
+ * common persist helpers live here.
  *
  * The paper's replicas are diskless (Li et al., OSDI 2016, section 5.3.2):
  * a restarted replica recovers its log from the others, after Viewstamped
  * Replication's recovery protocol, and the correctness argument never
- * relies on a disk. flowkv keeps that argument intact: persistence only
- * makes recovery cheaper.
+ * relies on a disk. The default mode keeps that argument intact:
+ * persistence only makes recovery cheaper.
  *
  * What is persisted, and when (at the end of every step, never while
  * recovering, in this order so the driver's in-order durability keeps the
