@@ -793,6 +793,8 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->commit = r->commit;
     st->executed = r->executed;
     st->is_leader = nop__is_leader(r);
+    st->held = r->held_n;
+    st->held_dropped = r->held_dropped;
 }
 
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash)

@@ -135,6 +135,8 @@ struct nop_stat {
     struct nop_view view;
     uint64_t log_len, commit, executed;
     int is_leader;
+    uint32_t held;         /* durable mode: messages waiting for the disk */
+    uint64_t held_dropped; /* durable mode: messages dropped, the held ring full */
 };
 
 struct nop;

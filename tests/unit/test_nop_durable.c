@@ -350,6 +350,9 @@ static uint32_t acknowledged_then_crash_all(struct group *g, uint64_t last[3])
     uint64_t before = g->client_msgs;
     send_op(g, CONS_OP_PUT, 0, 21);
     CHECK_EQ_U64(g->client_msgs, before); /* every reply waits for its disk */
+    struct nop_stat ls;
+    nop_status(g->r[leader], &ls);
+    CHECK(ls.held >= 1 && ls.held_dropped == 0); /* the leader's result, at least */
     flush(g, leader);
     flush(g, follower);
     pump(g);
