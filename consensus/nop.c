@@ -551,8 +551,8 @@ static void on_state(struct nop *r, const struct nop_msg *m)
 }
 
 /* The leader's commit point is the largest slot that f+1 replicas hold
- * exactly as the leader does (itself included; in durable mode only its
- * durable prefix counts, so a committed slot is durable on f+1). */
+ * exactly as the leader does (itself included; in durable mode every
+ * follower's synced prefix is durable on the leader too, nop_durable.c). */
 static void on_sync_rep(struct nop *r, const struct nop_msg *m)
 {
     if (!nop__is_leader(r))
@@ -561,10 +561,7 @@ static void on_sync_rep(struct nop *r, const struct nop_msg *m)
     uint64_t v[CONS_REPLICAS_MAX] = {0};
     uint32_t n = 0;
     for (uint32_t p = 0; p < r->cfg.n; p++)
-        v[n++] = p != r->cfg.id            ? r->acked[p]
-                 : !r->cfg.durable         ? r->log_len
-                 : r->dur_len < r->log_len ? r->dur_len
-                                           : r->log_len;
+        v[n++] = p == r->cfg.id ? r->log_len : r->acked[p];
     for (uint32_t a = 0; a < n; a++) { /* sort descending; n <= 7 */
         for (uint32_t b = a + 1; b < n; b++) {
             if (v[b] > v[a]) {
@@ -746,8 +743,6 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
             return FK_EINVAL;
         if (in->cookie > r->durable)
             r->durable = in->cookie;
-        if (r->cfg.durable)
-            nop__on_durable(r);
         break;
     default:
         return FK_EINVAL;

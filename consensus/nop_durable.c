@@ -22,9 +22,13 @@
  * replica ever sent -- a reply with or without a result (5.2.1), a
  * GAP-COMMIT-REPLY (5.2.2), a SYNC-REPLY (5.2.4), a VIEW-CHANGE or
  * START-VIEW (5.2.3), a RECOVERY-REPLY (5.3.2) -- describes a state that
- * its disk held before the message left. The leader also counts its own
- * log in the commit point only up to its durable prefix (dur_len), so a
- * slot it calls committed is durable on f+1 replicas.
+ * its disk held before the message left. A slot the leader calls
+ * committed is durable on f+1 replicas without the leader waiting for its
+ * own disk: the commit point is the (f+1)-th largest of the synced
+ * prefixes (its own log counting as the largest), a follower's synced
+ * prefix only ever grows from the leader's SYNC, START-VIEW, STATE or
+ * RECOVERY-REPLY, which left once the leader's log up to there was
+ * durable, and its SYNC-REPLY once its own was.
  *
  * Restart from a durable disk (NOP_START_RESTORED): the replica takes its
  * persisted (last normal view, log) as its state and starts a view change
@@ -94,14 +98,6 @@ static int persist_meta_log(struct nop *r)
         return FK_EFULL;
     memcpy(r->pers_meta, meta, sizeof meta);
     r->pers_meta_ok = 1;
-    /* When a META is durable, the log up to its length is (its entries
-     * were issued before it). */
-    r->meta_last = r->next_cookie;
-    r->meta_last_len = r->log_len;
-    if (!r->meta_wait) {
-        r->meta_wait = r->next_cookie;
-        r->meta_wait_len = r->log_len;
-    }
     return 0;
 }
 
@@ -133,18 +129,6 @@ void nop__persist_durable(struct nop *r)
     if (r->commit > r->pers_upto)
         r->pers_upto = r->commit;
     r->pers_done = persist_meta_log(r) == 0;
-}
-
-void nop__on_durable(struct nop *r)
-{
-    if (r->meta_last && r->durable >= r->meta_last) {
-        r->dur_len = r->meta_last_len;
-        r->meta_wait = r->meta_last = 0;
-    } else if (r->meta_wait && r->durable >= r->meta_wait) {
-        r->dur_len = r->meta_wait_len;
-        r->meta_wait = r->meta_last; /* the next one to wait for */
-        r->meta_wait_len = r->meta_last_len;
-    }
 }
 
 /* ---- restoring --------------------------------------------------------------- */

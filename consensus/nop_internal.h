@@ -135,13 +135,8 @@ struct nop {
     /* Durable mode (nop_durable.c). dirty_lo: the lowest slot whose disk
      * copy may differ from the log (every write to the log lowers it,
      * nop__touch); pers_done: the last step's persists covered the whole
-     * state, so its messages may take its last cookie. dur_len: the
-     * leader's own log prefix known durable in this view: meta_wait is
-     * the cookie of the oldest META not known durable, whose log length
-     * (meta_wait_len) becomes dur_len when it is; meta_last the newest,
-     * which becomes the next meta_wait (so dur_len keeps up however
-     * often META is rewritten). */
-    uint64_t dirty_lo, dur_len, meta_wait, meta_wait_len, meta_last, meta_last_len;
+     * state, so its messages may take its last cookie. */
+    uint64_t dirty_lo;
     int pers_done;
     struct nop_held *held; /* FIFO ring of NOP_HELD_MAX, cookies non-decreasing */
     uint32_t held_head, held_n;
@@ -258,8 +253,6 @@ int nop__start_from_log(struct nop *r);
 /* Durable mode, at the end of every call: holds the outbox's messages
  * until their persists are durable, releases those now durable. */
 void nop__hold(struct nop *r);
-/* Durable mode: the durable cookie grew. */
-void nop__on_durable(struct nop *r);
 
 /* nop_view.c */
 void nop__start_view_change(struct nop *r, struct nop_view v);

@@ -92,14 +92,6 @@ static void enter_view(struct nop *r, int leader)
     r->next_sync = r->now;
     nop__check_executed(r);
     nop__execute_to(r, leader ? r->log_len : r->commit, 0);
-    if (r->cfg.durable) {
-        /* A new log: the leader's own durable prefix counts from the
-         * META written for it (nop_durable.c), and that META must be
-         * written even if no field looks changed. */
-        r->dur_len = 0;
-        r->meta_wait = r->meta_last = 0;
-        r->pers_meta_ok = 0;
-    }
 }
 
 static void finish_view_change(struct nop *r)
