@@ -143,13 +143,13 @@ $(BUILD)/tests-aux/%: $(BUILD)/obj/tests/selftest/%.o $(BUILD)/obj/tests/check.o
 tests: $(UNIT_TESTS) $(AUX_PROGS)
 
 # ---- 3b. ycsb: flowkv-ycsb (issue 7) --------------------------------------
-# build/bin/flowkv-ycsb from ycsb/cmd/flowkv_ycsb.c and libycsb.a. Until the
-# client library exists it only has --dry-run (prints the operation stream).
+# build/bin/flowkv-ycsb from ycsb/cmd/flowkv_ycsb.c, libycsb.a and, for its
+# flowkv binding, libflowkv and the layers under it ($(LIBS)).
 YCSB_PROG := $(BUILD)/bin/flowkv-ycsb
-$(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIB_YCSB) $(LIB_COMMON)
+$(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIBS)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIB_YCSB) $(LIB_COMMON) $(LDLIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 all: $(YCSB_PROG)
 tests: $(YCSB_PROG)
 

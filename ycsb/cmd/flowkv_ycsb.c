@@ -6,6 +6,9 @@
  * YCSB's report on stdout; exit status 0, 1 when the run failed (the reason
  * on stderr), 2 for a bad command line or an unknown binding.
  *
+ * -c PATH names the flowkv cluster file (the property flowkv.cluster; default
+ * run/cluster.conf, what deploy/run-local.sh writes), as for the flowkv CLI.
+ *
  * With --dry-run it builds the workload exactly as a run would and prints
  * the operation stream, one line per operation, thread by thread, so that a
  * workload file, its overrides and the key names can be checked without a
@@ -16,6 +19,7 @@
  */
 #include "fk_error.h"
 #include "ycsb_etcd.h"
+#include "ycsb_flowkv.h"
 #include "ycsb_props.h"
 #include "ycsb_run.h"
 #include "ycsb_workload.h"
@@ -24,9 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The bindings db can name. The flowkv binding joins when the client
- * library exists (the server/client issue). */
-static const struct ycsb_binding *const bindings[] = {&ycsb_etcd_binding};
+/* The bindings db can name; db defaults to flowkv (ycsb_conf). */
+static const struct ycsb_binding *const bindings[] = {&ycsb_flowkv_binding, &ycsb_etcd_binding};
 
 static const struct ycsb_binding *find_binding(const char *db)
 {
@@ -45,7 +48,8 @@ static void usage(FILE *f)
                "  -target n       offered load in operations per second (target)\n"
                "  -s              print a status line every status.interval seconds\n"
                "  -l label        prefix of the status line\n"
-               "  -db name        binding (db): etcd\n"
+               "  -db name        binding (db): flowkv (default) or etcd\n"
+               "  -c path         flowkv cluster file (flowkv.cluster, default run/cluster.conf)\n"
                "  --dry-run       print the operation stream instead of running it\n");
 }
 
@@ -128,14 +132,58 @@ static int run(const struct ycsb_conf *conf, const struct ycsb_props *props,
     return 0;
 }
 
+/* Rewrites "-c PATH" into "-p flowkv.cluster=PATH" (a command-line
+ * property, so it overrides -P files like every flag) into args, which has
+ * argc + 1 entries; the rewritten values live in cluster (cap bytes).
+ * Returns the new argc or -1 when -c has no value or the path is too long. */
+static int rewrite_c(int argc, char **argv, char **args, char *cluster, size_t cap)
+{
+    static const char *const takes_value[] = {"-P", "-p", "-threads", "-target", "-db", "-l"};
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "-c") != 0) {
+            args[n++] = argv[i];
+            for (size_t k = 0; k < sizeof takes_value / sizeof takes_value[0]; k++)
+                if (strcmp(argv[i], takes_value[k]) == 0 && i + 1 < argc) {
+                    args[n++] = argv[++i]; /* a value, even one spelled "-c" */
+                    break;
+                }
+            continue;
+        }
+        if (i + 1 >= argc)
+            return -1;
+        int w = snprintf(cluster, cap, "flowkv.cluster=%s", argv[++i]);
+        if (w < 0 || (size_t)w >= cap)
+            return -1;
+        args[n++] = "-p";
+        args[n++] = cluster;
+    }
+    args[n] = NULL;
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     static struct ycsb_props props;
     static struct ycsb_conf conf;
+    static char cluster[4096];
     struct ycsb_cli cli;
     char err[YCSB_ERR_MAX] = "";
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (args == NULL) {
+        fprintf(stderr, "flowkv-ycsb: out of memory\n");
+        return 1;
+    }
+    int nargs = rewrite_c(argc, argv, args, cluster, sizeof cluster);
+    if (nargs < 0) {
+        fprintf(stderr, "flowkv-ycsb: -c needs a cluster file path\n");
+        usage(stderr);
+        free(args);
+        return 2;
+    }
     ycsb_props_init(&props);
-    int rc = ycsb_cli_parse(argc, argv, &props, &cli, err, sizeof err);
+    int rc = ycsb_cli_parse(nargs, args, &props, &cli, err, sizeof err);
+    free(args);
     if (rc == 0 && cli.help) {
         usage(stdout);
         ycsb_props_free(&props);
@@ -155,10 +203,7 @@ int main(int argc, char **argv)
     }
     const struct ycsb_binding *b = find_binding(conf.db);
     if (b == NULL) {
-        fprintf(stderr,
-                "flowkv-ycsb: no binding named '%s' (built: etcd; flowkv needs the client "
-                "library); use --dry-run to print the operation stream\n",
-                conf.db);
+        fprintf(stderr, "flowkv-ycsb: no binding named '%s' (built: flowkv, etcd)\n", conf.db);
         ycsb_props_free(&props);
         return 2;
     }
