@@ -27,18 +27,18 @@
  * out of order would need the footer in a separate, later write, which is
  * what flows' FAB_MORE path already does.
  *
- * Soft-RoCE (rxe) places data with the kernel's memcpy, which copies byte
- * by byte when it uses `rep movsb` (so under TCG, the rdma-vm guest): the
- * last word of a write, and an 8-byte READ of a word being updated, are
- * not single stores or loads there. A reader can see a torn word, its low
- * bytes new and its high bytes old: test_fab_ops saw footer 2130 as 82
- * (0x852 with only its low byte landed) in about 5% of runs, on one device
- * and across two, with or without inline data and signaling (tests/rdma-vm
- * README.md, "Torn words on rxe"). Protocols on this fabric therefore mark
- * a word as written with a flag in its most significant byte, which a
- * forward copy stores last (flows: FOOT_CONSUMABLE, bit 62), and never act
- * on a word without it. Hardware RNICs write an aligned word in one PCIe
- * transaction and do not tear it.
+ * Soft-RoCE (rxe) places data with the kernel's memcpy, which is `rep
+ * movsb` on CPUs with ERMS: the last word of a write, and an 8-byte READ of
+ * a word being updated, need not be single stores or loads there. Under
+ * TCG, which runs `rep movsb` byte by byte, test_fab_ops saw footer 2130 as
+ * 82 (0x852 with only its low byte landed) in about 5% of runs, on one
+ * device and across two, with or without inline data and signaling; the
+ * rdma-vm guest now boots without ERMS/FSRM so that memcpy moves words
+ * (tests/rdma-vm README.md, "Torn words on rxe"). Protocols on this fabric
+ * still mark a word as written with a flag in its most significant byte,
+ * which a forward copy stores last (flows: FOOT_CONSUMABLE, bit 62), and
+ * never act on a word without it. Hardware RNICs write an aligned word in
+ * one PCIe transaction and do not tear it.
  *
  * Errors. The first failed completion moves the connection to ERROR: its
  * status (FK_EPROTO for a remote access error, FK_EUNREACHABLE when the

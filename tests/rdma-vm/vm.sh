@@ -33,7 +33,7 @@
 # qemu is killed by PID RDMA_VM_BOOT_SLACK seconds later at the latest.
 # Environment: RDMA_VM_DIR (cache, default <repo>/build/rdma-vm),
 # RDMA_VM_KERNEL_PKG (force a linux-image package), RDMA_VM_MEM (MiB, 2048),
-# RDMA_VM_CPUS (2).
+# RDMA_VM_CPUS (2), RDMA_VM_CPU (qemu -cpu model, see below).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +41,13 @@ repo=$(cd "$here/../.." && pwd)
 cache=${RDMA_VM_DIR:-$repo/build/rdma-vm}
 mem=${RDMA_VM_MEM:-2048}
 cpus=${RDMA_VM_CPUS:-2}
+# The guest CPU: TCG's "max" without ERMS and FSRM. With them the guest
+# kernel's memcpy is `rep movsb`, which TCG runs one byte at a time, and
+# rxe places every RDMA WRITE and READ reply with that memcpy: an aligned
+# 8-byte word then lands byte by byte and a reader polling it sees it torn
+# (README.md, "Torn words on rxe"). Without them memcpy moves 8-byte words,
+# as hardware RNICs place an aligned word in one PCIe write.
+cpu_model=${RDMA_VM_CPU:-max,erms=off,fsrm=off}
 boot_slack=${RDMA_VM_BOOT_SLACK:-180}
 
 # Modules the guest loads, in this order, each after its dependencies
@@ -171,7 +178,7 @@ boot() {
     fi
     # TCG, not KVM: KVM hung on these machines (DESIGN.md). -no-reboot turns
     # the guest's poweroff, and any panic (panic=-1), into qemu exiting.
-    qemu-system-x86_64 -machine pc,accel=tcg -cpu max -smp "$cpus" -m "$mem" \
+    qemu-system-x86_64 -machine pc,accel=tcg -cpu "$cpu_model" -smp "$cpus" -m "$mem" \
         -nodefaults -no-user-config -display none -no-reboot "${serial[@]}" \
         -kernel "$KERNEL_DIR/vmlinuz" -initrd "$INITRAMFS" -append "$append" \
         -fsdev local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap \
