@@ -152,6 +152,15 @@ $(YCSB_PROG): $(BUILD)/obj/ycsb/cmd/flowkv_ycsb.o $(LIBS)
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 all: $(YCSB_PROG)
 tests: $(YCSB_PROG)
+# `make bench`: the DFI paper's replication benchmark (ycsb/bench/bench.sh):
+# YCSB-B with one 64-byte field against fresh local NOPaxos and Multi-Paxos
+# clusters (3 and 5 replicas, TCP fabric) and a 3-member etcd cluster (the
+# baseline, same run); writes build/bench/results.csv and
+# p95-vs-throughput.png, ends with `bench: flowkv_nopaxos_peak=...`.
+.PHONY: bench
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@timeout --kill-after=30 900 ycsb/bench/bench.sh -o build/bench
 
 # ---- 3d. server: flowkv-server (issue 6) -----------------------------------
 SERVER_PROG := $(BUILD)/bin/flowkv-server

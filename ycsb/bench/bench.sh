@@ -1,0 +1,256 @@
+#!/usr/bin/env bash
+# ycsb/bench/bench.sh: the replication benchmark of the DFI paper
+# (Thostrup et al., SIGMOD 2021, section 6.4: a replicated key-value store
+# on NOPaxos and Multi-Paxos) on this machine, `make bench` (issue 7,
+# item 6).
+#
+#   bench.sh [-o DIR] [-r RECORDS] [-s SECONDS] [-f "FRACTIONS"]
+#
+# Workload: YCSB workload B (95% reads, 5% updates, zipfian) with one
+# 64-byte field per record (ycsb/workloads/workload_dfi_b), RECORDS (5000)
+# records: with ~100 bytes of key and record each that stays well inside
+# the replicated data quota of a flowkv cluster (1 MiB of key + value bytes).
+# For each of NOPaxos and Multi-Paxos, with 3 replicas and then 5, over the
+# TCP fabric, in a fresh cluster of its own (ycsb/bench/flowkv-cluster.sh,
+# stopped after each):
+#   1. load the records;
+#   2. closed loop, SECONDS (5) per run, for each "threads:pipeline" in
+#      CLOSED ("1:16 1:64");
+#   3. open loop with OPEN_THREADS:OPEN_PIPELINE (1:64) at -target
+#      SWEEP_START (250) ops/s, doubling until a run falls short of 95% of
+#      its target (saturation), then once at 1.5 x the last load it
+#      sustained; latency is measured from each operation's intended start
+#      (coordinated omission), so queueing past saturation shows.
+# The peak is the highest throughput of a run (closed or open loop) in
+# which every operation returned OK.
+# Then a 3-member etcd cluster through its JSON gateway (etcd-bench.sh,
+# the baseline, in the same run): closed loop with 16, 32 and 64 threads
+# (its peak), then open loop at FRACTIONS (-f) of that peak.
+#
+# Few client handles with deep pipelines: a cluster serves at most 16
+# client handles per replica (FKC_REPLY_MAX) and remembers 128 sessions
+# (one per pipeline slot), so one thread with 64 requests in flight drives
+# it harder than many threads could.
+#
+# Writes under DIR (build/bench): results.csv
+#   system,protocol,replicas,offered,achieved,p50,p95,p99
+# (offered 0 = a closed-loop run; latencies in us of the READ series, 95% of
+# the operations, as etcd-bench.sh), every report as <name>.txt,
+# p95-vs-throughput.png (gnuplot), and prints a summary table and
+#   bench: flowkv_nopaxos_peak=<ops/s> flowkv_multipaxos_peak=<ops/s> etcd_peak=<ops/s>
+# A run with any return code but OK is kept in results.csv but flagged on
+# stderr and never counted as a peak. Every run is bounded by timeout; the
+# clusters are stopped on exit, whatever happens. About 6 to 8 minutes.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=$root/build/bench
+records=5000
+secs=5
+fractions="0.1 0.25 0.5 0.75 0.9 1.0 1.2" # etcd's open-loop sweep, x its peak
+CLOSED="1:16 1:64"                           # flowkv closed loop: threads:pipeline
+OPEN_THREADS=1
+OPEN_PIPELINE=64
+SWEEP_START=250
+SWEEP_STEPS=8
+while getopts "o:r:s:f:" opt; do
+    case $opt in
+    o) out=$OPTARG ;;
+    r) records=$OPTARG ;;
+    s) secs=$OPTARG ;;
+    f) fractions=$OPTARG ;;
+    *)
+        sed -n '2,45p' "$0"
+        exit 2
+        ;;
+    esac
+done
+ycsb=$root/build/bin/flowkv-ycsb
+[ -x "$ycsb" ] || {
+    echo "bench: $ycsb missing (make)" >&2
+    exit 1
+}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+tmp=$(mktemp -d)
+trap '"$here/flowkv-cluster.sh" stop "$tmp/cluster" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+rm -f "$out"/results.csv "$out"/flowkv-*.txt "$out"/flowkv-*.err
+echo "system,protocol,replicas,offered,achieved,p50,p95,p99" >"$out/results.csv"
+
+# field FILE SERIES METRIC: one number of a YCSB report.
+field() {
+    awk -F', ' -v s="[$2]" -v m="$3" '$1 == s && $2 == m { print $3 }' "$1"
+}
+
+# clean FILE: every operation of the report returned OK.
+clean() {
+    ! grep -E 'Return=' "$1" | grep -qv 'Return=OK'
+}
+
+# run NAME ARGS...: one bounded flowkv-ycsb run; report in $out/NAME.txt.
+run() {
+    local name=$1
+    shift
+    timeout --kill-after=5 $((2 * secs + 30)) "$ycsb" "$@" >"$out/$name.txt" 2>"$out/$name.err" || {
+        echo "bench: $name failed (exit $?): $(tail -n 2 "$out/$name.err" | tr '\n' ' ')" >&2
+        return 1
+    }
+    clean "$out/$name.txt" ||
+        echo "bench: $name: $(grep -E 'Return=' "$out/$name.txt" | grep -v OK | tr '\n' ' ')" >&2
+    return 0
+}
+
+# row FILE: "achieved,p50,p95,p99" of a report.
+row() {
+    local f=$1
+    printf '%.0f,%s,%s,%s' "$(field "$f" OVERALL "Throughput(ops/sec)")" \
+        "$(field "$f" READ "50thPercentileLatency(us)")" \
+        "$(field "$f" READ "95thPercentileLatency(us)")" \
+        "$(field "$f" READ "99thPercentileLatency(us)")"
+}
+
+# note_peak OPS: raises the current configuration's peak ($tmp/peak).
+note_peak() {
+    awk -v a="$(cat "$tmp/peak")" -v b="$1" 'BEGIN { printf "%.0f\n", (b > a) ? b : a }' >"$tmp/peak.new"
+    mv "$tmp/peak.new" "$tmp/peak"
+}
+
+# measure NAME OFFERED ARGS...: one run (OFFERED 0: closed loop), its CSV
+# row; prints the achieved ops/s, 0 when the run failed or was not clean.
+measure() {
+    local name=$1 offered=$2 f=$out/$1.txt
+    shift 2
+    run "$name" run "${base[@]}" "$@" || {
+        echo 0
+        return
+    }
+    echo "flowkv,$proto,$n,$offered,$(row "$f")" >>"$out/results.csv"
+    if clean "$f"; then
+        printf '%.0f\n' "$(field "$f" OVERALL "Throughput(ops/sec)")"
+    else
+        echo 0
+    fi
+}
+
+# sweep: open loop from SWEEP_START ops/s, doubling, until a run falls short
+# of 95% of its target or fails (saturation), then once at 1.5 x the last
+# load it sustained; at most SWEEP_STEPS doublings.
+sweep() {
+    local target=$SWEEP_START got good=0 i
+    for ((i = 0; i < SWEEP_STEPS; i++)); do
+        got=$(measure "$tag-open-$target" "$target" -target "$target" \
+            -threads "$OPEN_THREADS" -p "flowkv.pipeline=$OPEN_PIPELINE" \
+            -p "operationcount=$((target * secs))" -p "maxexecutiontime=$((2 * secs))")
+        note_peak "$got"
+        [ "$got" -ge $((target * 95 / 100)) ] || break
+        good=$target
+        target=$((target * 2))
+    done
+    [ "$good" -gt 0 ] && [ "$i" -lt "$SWEEP_STEPS" ] || return 0
+    target=$((good * 3 / 2))
+    note_peak "$(measure "$tag-open-$target" "$target" -target "$target" \
+        -threads "$OPEN_THREADS" -p "flowkv.pipeline=$OPEN_PIPELINE" \
+        -p "operationcount=$((target * secs))" -p "maxexecutiontime=$((2 * secs))")"
+}
+
+# flowkv PROTOCOL REPLICAS: one fresh cluster: load, closed loop, open-loop
+# sweep. Prints the peak (the highest throughput of a run in which every
+# operation returned OK, closed or open loop; 0 when none).
+flowkv() {
+    local proto=$1 n=$2 tag=flowkv-$1-$2 conf tp
+    echo 0 >"$tmp/peak"
+    if ! conf=$("$here/flowkv-cluster.sh" start "$tmp/cluster" "$proto" "$n" 2>"$out/$tag.start.err"); then
+        echo "bench: $tag: cluster did not start: $(tail -n 2 "$out/$tag.start.err")" >&2
+        echo 0
+        return
+    fi
+    local base=(-c "$conf" -P "$root/ycsb/workloads/workload_dfi_b" -p "recordcount=$records")
+    if run "$tag-load" load "${base[@]}" -threads 1 -p flowkv.pipeline=32 && clean "$out/$tag-load.txt"; then
+        for tp in $CLOSED; do
+            note_peak "$(measure "$tag-closed-${tp/:/-}" 0 -threads "${tp%%:*}" \
+                -p "flowkv.pipeline=${tp##*:}" -p operationcount=0 -p "maxexecutiontime=$secs")"
+        done
+        sweep
+    else
+        echo "bench: $tag: load failed; no runs" >&2
+    fi
+    "$here/flowkv-cluster.sh" stop "$tmp/cluster" >/dev/null 2>&1
+    rm -rf "$tmp/cluster"
+    cat "$tmp/peak"
+}
+
+t0=$SECONDS
+np3=$(flowkv nopaxos 3)
+echo "bench: nopaxos x3 peak $np3 ops/s ($((SECONDS - t0)) s)"
+mp3=$(flowkv multipaxos 3)
+echo "bench: multipaxos x3 peak $mp3 ops/s ($((SECONDS - t0)) s)"
+np5=$(flowkv nopaxos 5)
+echo "bench: nopaxos x5 peak $np5 ops/s ($((SECONDS - t0)) s)"
+mp5=$(flowkv multipaxos 5)
+echo "bench: multipaxos x5 peak $mp5 ops/s ($((SECONDS - t0)) s)"
+
+# The baseline: etcd, 3 members, same workload and records, in this run.
+"$here/etcd-bench.sh" -o "$out" -m 3 -r "$records" -s "$secs" -t "16 32 64" \
+    -f "$fractions" >"$out/etcd-bench.log" 2>&1
+etcd=$(sed -n 's/^etcd_peak=//p' "$out/etcd-bench.log")
+grep -E '^baseline:' "$out/etcd-bench.log"
+[ -n "$etcd" ] || {
+    echo "bench: etcd-bench failed: $(tail -n 3 "$out/etcd-bench.log" | tr '\n' ' ')" >&2
+    etcd=0
+}
+echo "bench: etcd x3 peak $etcd ops/s ($((SECONDS - t0)) s)"
+
+# The plot: p95 latency against achieved throughput, one line per system.
+plot() {
+    command -v gnuplot >/dev/null || {
+        echo "bench: gnuplot missing (deploy/deps.sh installs gnuplot-nox): no plot" >&2
+        return
+    }
+    local cmds="" s
+    for s in $(awk -F, 'NR > 1 && $4 > 0 { print $1 "-" $2 "-" $3 }' "$out/results.csv" | sort -u); do
+        # In sweep order (offered load), so that a saturated run, which
+        # achieves less than it was offered, bends the line back.
+        awk -F, -v s="$s" 'NR > 1 && $4 > 0 && $1 "-" $2 "-" $3 == s { print $4, $5, $7 / 1000 }' \
+            "$out/results.csv" | sort -n >"$out/$s.dat"
+        cmds+="${cmds:+, }'$out/$s.dat' using 2:3 with linespoints title '$s'"
+    done
+    [ -n "$cmds" ] || return
+    gnuplot <<EOF
+set terminal png size 900,600
+set output '$out/p95-vs-throughput.png'
+set title 'YCSB-B, one 64-byte field: p95 read latency against throughput'
+set xlabel 'achieved throughput (ops/s)'
+set ylabel 'p95 read latency (ms)'
+set logscale y
+set key top left
+set grid
+plot $cmds
+EOF
+    echo "bench: plot $out/p95-vs-throughput.png"
+}
+plot
+
+echo
+column -t -s, "$out/results.csv"
+echo
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+best=$((np3 > mp3 ? np3 : mp3))
+echo "flowkv best 3-replica peak $best ops/s vs etcd $etcd ops/s: ratio $(ratio "$best" "$etcd")" \
+    "(nopaxos $(ratio "$np3" "$etcd"), multipaxos $(ratio "$mp3" "$etcd"))"
+# The paper's latency claim (DFI section 6.4): NOPaxos' p95 below
+# Multi-Paxos'. Compared at the highest load each protocol sustained (an
+# open-loop run that achieved 95% of its target with every operation OK),
+# and at every offered load both sustained.
+sustained() { # PROTOCOL: "offered p95" of each sustained 3-replica run
+    awk -F, -v p="$1" 'NR > 1 && $1 == "flowkv" && $2 == p && $3 == 3 && $4 > 0 &&
+        $5 >= 0.95 * $4 { print $4, $7 }' "$out/results.csv" | sort -n
+}
+sustained nopaxos >"$tmp/np.sus"
+sustained multipaxos >"$tmp/mp.sus"
+echo "p95 at the highest sustained load (3 replicas): nopaxos $(tail -n 1 "$tmp/np.sus" |
+    awk '{ print $2 " us at " $1 " ops/s" }'), multipaxos $(tail -n 1 "$tmp/mp.sus" |
+    awk '{ print $2 " us at " $1 " ops/s" }')"
+awk 'NR == FNR { np[$1] = $2; next } $1 in np {
+    printf "p95 at %s ops/s offered: nopaxos %s us, multipaxos %s us\n", $1, np[$1], $2 }' \
+    "$tmp/np.sus" "$tmp/mp.sus"
+echo "bench: flowkv_nopaxos_peak=$np3 flowkv_multipaxos_peak=$mp3 etcd_peak=$etcd"
