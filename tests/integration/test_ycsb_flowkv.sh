@@ -7,8 +7,10 @@
 #      every operation returns OK;
 #   2. a loaded record is in the cluster, readable with the flowkv CLI, in
 #      ycsb_record's encoding (76 bytes, header "YR" 1 0, one field of 64);
-#   3. a workload of 101-byte records of 10 fields is refused at open
-#      with a message naming the size (1,048 bytes > flowkv's 1,024).
+#   3. (Multi-Paxos) records of three fields: partial updates (GET + CAS)
+#      and scans longer than one flowkv scan, every operation OK;
+#   4. YCSB's default record (10 fields of 100 bytes) is refused at open
+#      with a message naming its size (1,048 bytes > flowkv's 1,024).
 # The EXIT trap stops exactly the clusters it started and removes the
 # directory; every flowkv-ycsb run is bounded by timeout.
 set -u
@@ -77,6 +79,18 @@ for proto in nopaxos multipaxos; do
         t_ok "$proto: record $key readable with the flowkv CLI, 76 bytes in ycsb_record encoding"
     else
         t_fail "$proto: record $key readable with the flowkv CLI" "header '$head', $bytes bytes"
+    fi
+    if [ "$proto" = multipaxos ]; then
+        # Three fields per record: partial updates (GET + CAS) and scans of up
+        # to 40 records (chains of 16-pair flowkv scans). The load rewrites
+        # every key of the first load, so scans meet only records of this
+        # shape.
+        multi=(-c "$conf" -P "$root/ycsb/workloads/workloada" -p recordcount=1000
+            -p operationcount=400 -p fieldcount=3 -p fieldlength=16 -p readproportion=0.4
+            -p updateproportion=0.4 -p scanproportion=0.2 -p maxscanlength=40
+            -p requestdistribution=uniform)
+        phase "$proto-load-3f" 1000 load "${multi[@]}" -p flowkv.pipeline=16
+        phase "$proto-run-3f" 400 run "${multi[@]}" -p flowkv.pipeline=4
     fi
     "$cluster" stop "$tmp/$proto" >/dev/null 2>&1
 done
