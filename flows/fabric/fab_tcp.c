@@ -24,6 +24,15 @@
  * whenever no waiter does (control calls, other peers, closes). Handlers
  * (fab_call_fn, fab_close_fn) may therefore run on a waiting thread; they
  * already must not block.
+ *
+ * Hot receive: when one connection carries nearly all writes (a latency-mode
+ * ping-pong), the leading waiter reads that socket with a plain blocking
+ * recv instead of epoll_wait plus read: one system call per message, as a
+ * raw socket needs (flows-bench latency: libuv's epoll path cost about 4 us
+ * of a 26 us round trip). The progress thread then watches the loop's other
+ * descriptors and interrupts the recv with a signal when one of them has
+ * an event; the waiter serves it with one non-blocking loop iteration
+ * (hot_wait below).
  */
 #include "fab_tcp.h"
 
@@ -44,12 +53,17 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <uv.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 struct tcp_mr {
     struct fab_mr base;
 };
 
 enum loop_owner { OWNER_NONE = 0, OWNER_PROGRESS, OWNER_WAITER };
+enum hot_state { HOT_IDLE = 0, HOT_IN_RECV, HOT_KICKED };
 
 struct tcp_peer;
 
@@ -78,6 +92,20 @@ struct tcp_node {
     uint64_t last_waiter; /* when a waiter last released the loop */
     uint64_t next_peer_id;
     struct tcp_peer *peers; /* loop thread only */
+    /* Hot receive (hot_wait). hot_cand and hot_score pick the connection
+     * that carries the writes, hotp is the one in hot mode (libuv does not
+     * read it); loop holder only. hot_on mirrors hotp != NULL for the
+     * progress thread. hot_state, hot_tid and the kick counters are the
+     * handshake that interrupts a waiter blocked in the hot recv: kick_seq
+     * is advanced by the progress thread, kick_ack by the waiter once it
+     * served the loop, both under loop_lock and read atomically. */
+    struct tcp_peer *hot_cand, *hotp;
+    int hot_score;
+    unsigned hot_iter; /* hot receives, for HOT_FLUSH_EVERY */
+    int hot_on;
+    int hot_state; /* enum hot_state */
+    pthread_t hot_tid;
+    uint32_t kick_seq, kick_ack;
 };
 
 /* The write being applied while its payload streams in. */
@@ -97,7 +125,9 @@ struct tcp_peer {
     uint64_t id;
     struct tcp_peer *next, *prev;
     struct tcp_inwrite w;
-    int failed; /* remote access error: the connection is closing */
+    int failed;   /* remote access error: the connection is closing */
+    int hot_fd;   /* the socket, once it was in hot mode */
+    int hot_timo; /* SO_RCVTIMEO set (hot mode) */
     uint8_t in[FAB__TCP_IN_CAP];
     size_t in_len;
     uint8_t *fill, *inflight; /* response buffers: appended to / being written */
@@ -509,6 +539,20 @@ static void process_input(struct tcp_peer *p, int *wrote)
 
 /* ---- loop callbacks ----------------------------------------------------------- */
 
+/* Forgets p as the hot connection (it closes; its descriptor goes with
+ * its handle, so hot mode needs no undoing). */
+static void hot_forget(struct tcp_node *n, struct tcp_peer *p)
+{
+    if (n->hot_cand == p) {
+        n->hot_cand = NULL;
+        n->hot_score = 0;
+    }
+    if (n->hotp == p) {
+        n->hotp = NULL;
+        __atomic_store_n(&n->hot_on, 0, __ATOMIC_SEQ_CST);
+    }
+}
+
 static void on_peer_closed(uv_handle_t *h)
 {
     struct tcp_peer *p = h->data;
@@ -519,6 +563,7 @@ static void on_peer_closed(uv_handle_t *h)
         n->peers = p->next;
     if (p->next != NULL)
         p->next->prev = p->prev;
+    hot_forget(n, p);
     fab_close_fn fn = __atomic_load_n(&n->base.close_fn, __ATOMIC_ACQUIRE);
     void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
     if (fn != NULL && !uv_is_closing((uv_handle_t *)&n->stop))
@@ -528,6 +573,7 @@ static void on_peer_closed(uv_handle_t *h)
 
 static void peer_close(struct tcp_peer *p)
 {
+    hot_forget(p->node, p);
     if (!uv_is_closing((uv_handle_t *)&p->h))
         uv_close((uv_handle_t *)&p->h, on_peer_closed);
 }
@@ -539,6 +585,51 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init((char *)p->in + p->in_len, (unsigned)(sizeof(p->in) - p->in_len));
 }
 
+/* Hot receive scoring: a write from the candidate counts up (to
+ * HOT_SCORE_MAX), one from another connection counts down by HOT_PENALTY
+ * and takes over once the score is spent. A waiter reads the candidate's
+ * socket directly once the score reaches HOT_ENTER. So a ping-pong whose
+ * credits arrive on another connection every quarter ring stays hot, while
+ * sources that alternate (N:1) keep the epoll path, where any socket wakes
+ * the waiter at once. */
+#define HOT_SCORE_MAX 16
+#define HOT_ENTER     8
+#define HOT_PENALTY   4
+
+static void hot_note(struct tcp_node *n, struct tcp_peer *p)
+{
+    if (n->hot_cand == p) {
+        if (n->hot_score < HOT_SCORE_MAX)
+            n->hot_score++;
+        return;
+    }
+    n->hot_score -= HOT_PENALTY;
+    if (n->hot_score <= 0) {
+        n->hot_cand = p;
+        n->hot_score = 1;
+    }
+}
+
+/* Applies nread new bytes of p's input (read by libuv or by the hot recv). */
+static void peer_input(struct tcp_peer *p, size_t nread)
+{
+    struct tcp_node *n = p->node;
+    p->in_len += nread;
+    int wrote = 0;
+    pthread_mutex_lock(&n->mr_lock);
+    process_input(p, &wrote);
+    pthread_mutex_unlock(&n->mr_lock);
+    if (wrote || p->w.active) {
+        ring_doorbell(n);
+        hot_note(n, p);
+    }
+    peer_flush(p);
+    if (p->failed) {
+        uv_read_stop((uv_stream_t *)&p->h);
+        peer_close(p); /* libuv finishes queued writes before the close callback */
+    }
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct tcp_peer *p = s->data;
@@ -547,18 +638,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         peer_close(p);
         return;
     }
-    p->in_len += (size_t)nread;
-    int wrote = 0;
-    pthread_mutex_lock(&p->node->mr_lock);
-    process_input(p, &wrote);
-    pthread_mutex_unlock(&p->node->mr_lock);
-    if (wrote || p->w.active)
-        ring_doorbell(p->node);
-    peer_flush(p);
-    if (p->failed) {
-        uv_read_stop(s);
-        peer_close(p); /* libuv finishes queued writes before the close callback */
-    }
+    peer_input(p, (size_t)nread);
 }
 
 static void on_connection(uv_stream_t *server, int status)
@@ -614,6 +694,228 @@ static void cond_wait_ns(struct tcp_node *n, uint64_t ns)
     pthread_cond_timedwait(&n->owner_cv, &n->loop_lock, &ts);
 }
 
+/* ---- hot receive -------------------------------------------------------------------- */
+
+/* The hot recv blocks at most this long (SO_RCVTIMEO), so a waiter notices
+ * its deadline; a wait with less time left than this may overrun its
+ * timeout by up to this much. */
+#define HOT_SLICE_US 1000
+
+/* The signal that interrupts a waiter's hot recv. SIGURG is ignored by
+ * default and sent by the kernel only to a socket owner set with F_SETOWN,
+ * which nothing here does. It is installed with SA_RESTART, so a blocking
+ * call elsewhere restarts; recv on a socket with SO_RCVTIMEO does not
+ * restart and returns EINTR, which is the point. The handshake in hot_wait
+ * makes sure it is only ever sent to a thread inside that recv. */
+#define HOT_SIGNAL SIGURG
+
+static __thread volatile sig_atomic_t hot_kicked;
+static pthread_once_t hot_once = PTHREAD_ONCE_INIT;
+static int hot_usable; /* the handler is ours and hot receive is enabled */
+
+static void on_hot_signal(int sig)
+{
+    (void)sig;
+    hot_kicked = 1;
+}
+
+/* Installs the handler unless the application handles HOT_SIGNAL itself,
+ * or FLOWKV_FAB_HOT=0 turns hot receive off (plain epoll path). */
+static void hot_install(void)
+{
+    const char *env = getenv("FLOWKV_FAB_HOT");
+    if (env != NULL && strcmp(env, "0") == 0)
+        return;
+    struct sigaction old, sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_hot_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(HOT_SIGNAL, NULL, &old) < 0 || (old.sa_flags & SA_SIGINFO) ||
+        (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN))
+        return;
+    if (sigaction(HOT_SIGNAL, &sa, NULL) == 0)
+        __atomic_store_n(&hot_usable, 1, __ATOMIC_RELEASE);
+}
+
+/* Whether this thread can be kicked: the handler is installed and the
+ * thread does not block HOT_SIGNAL (checked once per thread). */
+static int hot_enabled(void)
+{
+    static __thread int mask_ok; /* 0 unknown, 1 deliverable, 2 blocked */
+    pthread_once(&hot_once, hot_install);
+    if (!__atomic_load_n(&hot_usable, __ATOMIC_ACQUIRE))
+        return 0;
+    if (mask_ok == 0) {
+        sigset_t cur;
+        mask_ok =
+            pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0 && !sigismember(&cur, HOT_SIGNAL) ? 1 : 2;
+    }
+    return mask_ok == 1;
+}
+
+/* Puts p in hot mode: libuv stops reading it and its socket blocks, with
+ * receives bounded by HOT_SLICE_US. Returns 0 or -1 (p stays with libuv). */
+static int hot_enter(struct tcp_node *n, struct tcp_peer *p)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((uv_handle_t *)&p->h, &fd) < 0)
+        return -1;
+    if (!p->hot_timo) {
+        struct timeval tv = {0, HOT_SLICE_US};
+        if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0)
+            return -1;
+        p->hot_timo = 1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+        return -1;
+    /* The descriptor leaves the epoll set lazily: libuv removes it the
+     * next time epoll reports it with no reader (one extra wake-up). */
+    uv_read_stop((uv_stream_t *)&p->h);
+    p->hot_fd = fd;
+    n->hotp = p;
+    __atomic_store_n(&n->hot_on, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void hot_flush(struct tcp_node *n);
+
+/* Gives the hot connection back to libuv (loop holder). */
+static void hot_leave(struct tcp_node *n)
+{
+    struct tcp_peer *p = n->hotp;
+    if (p == NULL)
+        return;
+    n->hotp = NULL;
+    __atomic_store_n(&n->hot_on, 0, __ATOMIC_SEQ_CST);
+    int fl = fcntl(p->hot_fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(p->hot_fd, F_SETFL, fl | O_NONBLOCK);
+    if (!uv_is_closing((uv_handle_t *)&p->h))
+        uv_read_start((uv_stream_t *)&p->h, on_alloc, on_read);
+}
+
+/* Whether the leading waiter should read the hot connection now, moving
+ * hot mode to the current candidate if it changed. */
+static int hot_ready(struct tcp_node *n)
+{
+    struct tcp_peer *c = n->hot_cand;
+    if (c == NULL || n->hot_score < HOT_ENTER || c->failed || uv_is_closing((uv_handle_t *)&c->h) ||
+        !hot_enabled()) {
+        hot_leave(n);
+        return 0;
+    }
+    if (n->hotp == c)
+        return 1;
+    hot_leave(n);
+    int ok = hot_enter(n, c) == 0;
+    hot_flush(n); /* the old hot connection's watcher, started again */
+    return ok && n->hotp == c;
+}
+
+/* Progress thread, loop_lock held, a waiter leads in hot mode: the waiter
+ * reads one socket only, so watch the others (the loop's epoll set, which
+ * no longer holds the hot one) and interrupt its recv when one has an
+ * event. After a kick, wait until the waiter served the loop, else the
+ * still-ready descriptor would make us kick again and again. */
+static void watch_for_waiter(struct tcp_node *n)
+{
+    uint32_t seq = n->kick_seq;
+    if (__atomic_load_n(&n->kick_ack, __ATOMIC_SEQ_CST) != seq) {
+        cond_wait_ns(n, HOT_SLICE_US * FK_NSEC_PER_USEC);
+        return;
+    }
+    pthread_mutex_unlock(&n->loop_lock);
+    struct pollfd pfd = {uv_backend_fd(&n->loop), POLLIN, 0};
+    int ready = poll(&pfd, 1, HOT_SLICE_US / 1000) > 0;
+    pthread_mutex_lock(&n->loop_lock);
+    if (!ready || n->owner != OWNER_WAITER || !__atomic_load_n(&n->hot_on, __ATOMIC_SEQ_CST))
+        return;
+    __atomic_store_n(&n->kick_seq, seq + 1, __ATOMIC_SEQ_CST);
+    int expect = HOT_IN_RECV;
+    if (__atomic_compare_exchange_n(&n->hot_state, &expect, HOT_KICKED, 0, __ATOMIC_SEQ_CST,
+                                    __ATOMIC_SEQ_CST))
+        pthread_kill(__atomic_load_n(&n->hot_tid, __ATOMIC_RELAXED), HOT_SIGNAL);
+}
+
+/* Non-blocking loop iterations for a waiter in hot mode. Two: callbacks of
+ * the first (an accepted connection, a write that must wait for room)
+ * start watchers that libuv adds to its epoll set only in the next
+ * iteration, and until then the progress thread cannot see their events. */
+static void hot_flush(struct tcp_node *n)
+{
+    uv_run(&n->loop, UV_RUN_NOWAIT);
+    uv_run(&n->loop, UV_RUN_NOWAIT);
+}
+
+/* The waiter's side of a kick (the progress thread saw an event on another
+ * descriptor), or force: the hot recv timed out, or HOT_FLUSH_EVERY
+ * messages passed, a bound on how long a watcher started by a callback of
+ * a flush could go unwatched. */
+#define HOT_FLUSH_EVERY 64
+
+static void hot_serve(struct tcp_node *n, int force)
+{
+    uint32_t seq = __atomic_load_n(&n->kick_seq, __ATOMIC_SEQ_CST);
+    int kicked = seq != __atomic_load_n(&n->kick_ack, __ATOMIC_RELAXED);
+    if (!kicked && !force)
+        return;
+    hot_flush(n);
+    if (!kicked)
+        return;
+    pthread_mutex_lock(&n->loop_lock);
+    __atomic_store_n(&n->kick_ack, seq, __ATOMIC_SEQ_CST);
+    pthread_cond_broadcast(&n->owner_cv);
+    pthread_mutex_unlock(&n->loop_lock);
+}
+
+/* One blocking recv on the hot connection (the hot path: one system call
+ * per message, where the loop costs epoll_wait and read; DFI's latency mode
+ * wants the RDMA NIC's one-event-per-write here). The state word makes the
+ * kick safe: the progress thread signals only after moving IN_RECV to
+ * KICKED, and a waiter that finds KICKED when it leaves waits for that
+ * signal, so none reaches the application. A signal that lands just
+ * before the recv starts costs at most one HOT_SLICE_US. */
+static void hot_wait(struct tcp_node *n)
+{
+    struct tcp_peer *p = n->hotp;
+    assert(p != NULL && p->in_len < sizeof(p->in));
+    __atomic_store_n(&n->hot_tid, pthread_self(), __ATOMIC_RELAXED);
+    __atomic_store_n(&n->hot_state, HOT_IN_RECV, __ATOMIC_SEQ_CST);
+    ssize_t r = -1;
+    int err = EINTR;
+    if (__atomic_load_n(&n->kick_seq, __ATOMIC_SEQ_CST) ==
+        __atomic_load_n(&n->kick_ack, __ATOMIC_RELAXED)) {
+        r = recv(p->hot_fd, p->in + p->in_len, sizeof(p->in) - p->in_len, 0);
+        err = errno;
+    }
+    int expect = HOT_IN_RECV;
+    if (!__atomic_compare_exchange_n(&n->hot_state, &expect, HOT_IDLE, 0, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST)) {
+        /* Kicked: the signal is sent right after the state changed; wait
+         * for it here (bounded, should the application block it later). */
+        uint64_t t0 = fk_now_ns();
+        for (unsigned i = 0; !hot_kicked; i++) {
+            if (i % 64 != 63)
+                continue;
+            sched_yield();
+            if (fk_now_ns() - t0 > FK_NSEC_PER_SEC) {
+                fk_warn("flows", "fabric: hot receive kick not delivered (signal blocked?)");
+                break;
+            }
+        }
+        hot_kicked = 0;
+        __atomic_store_n(&n->hot_state, HOT_IDLE, __ATOMIC_SEQ_CST);
+    }
+    int timed_out = r < 0 && (err == EAGAIN || err == EWOULDBLOCK);
+    if (r > 0)
+        peer_input(p, (size_t)r);
+    else if (r == 0 || (!timed_out && err != EINTR))
+        peer_close(p); /* end of stream or a socket error, as libuv reports it */
+    hot_serve(n, timed_out || ++n->hot_iter % HOT_FLUSH_EVERY == 0);
+}
+
 /* Takes the loop for kind. A waiter gets it unless another waiter leads
  * (returns 1); the progress thread waits for waiters and their grace. */
 static int take_loop(struct tcp_node *n, int kind)
@@ -631,6 +933,11 @@ static int take_loop(struct tcp_node *n, int kind)
             if (n->last_waiter == 0 || since >= PROGRESS_GRACE_NS)
                 break;
             cond_wait_ns(n, PROGRESS_GRACE_NS - since);
+            continue;
+        }
+        if (kind == OWNER_PROGRESS && n->owner == OWNER_WAITER &&
+            __atomic_load_n(&n->hot_on, __ATOMIC_SEQ_CST)) {
+            watch_for_waiter(n);
             continue;
         }
         if (kind == OWNER_WAITER)
@@ -688,6 +995,10 @@ static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
         uint64_t now = fk_now_ns();
         if (now >= deadline)
             break;
+        if (hot_ready(n)) {
+            hot_wait(n);
+            continue;
+        }
         /* One blocking loop iteration (one epoll_wait: the kernel wakes us
          * with the data), bounded by a timer in slices of at most 10 ms. */
         uint64_t ms = (deadline - now + FK_NSEC_PER_MSEC - 1) / FK_NSEC_PER_MSEC;
@@ -711,6 +1022,7 @@ static void *progress_main(void *arg)
     int fd = uv_backend_fd(&n->loop);
     for (;;) {
         take_loop(n, OWNER_PROGRESS);
+        hot_leave(n); /* no waiter reads the hot connection now */
         int alive = uv_run(&n->loop, UV_RUN_NOWAIT);
         int timeout = uv_backend_timeout(&n->loop);
         release_loop(n);
