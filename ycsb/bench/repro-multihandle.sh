@@ -9,14 +9,15 @@
 # workload_dfi_b loaded by one handle, then 8,000 operations from THREADS
 # (2) runner threads, i.e. THREADS libflowkv handles in one process, each
 # with PIPELINE (1) requests in flight, bounded by 40 s; then `flowkv
-# status` from a new client. Seen here (2 cores, 2026-11-22, commit
-# e72e649): with 2 to 4 handles about 1 run in 3 stops making progress
-# (exit 124) and afterwards one or two replicas answer no new client
-# ("unreachable") while their processes still run; a stuck runner thread
-# sits in flowkv_poll -> rejoin_due -> join -> flow_target_join ->
-# flow__call, waiting FLOW__CALL_TIMEOUT_NS (5 s) for a replica that does
-# not answer. One handle (THREADS=1, any pipeline) never hung in the
-# same session.
+# status` from a new client. Seen here (2 cores, 2026-11-22, built from
+# commit e72e649): with 2 to 4 handles 3 runs of 7 stopped making progress
+# (exit 124) and afterwards one or two replicas answered no new client
+# ("unreachable") while their processes still ran; a stuck runner thread
+# sat in flowkv_poll -> rejoin_due -> join -> flow_target_join ->
+# flow__call, waiting FLOW__CALL_TIMEOUT_NS (5 s) for a replica that did
+# not answer. One handle (THREADS=1, any pipeline) never hung. Built from
+# the working tree at 08:58 (714fc58 plus uncommitted flows/ and server/
+# changes) it hung 0 of 6 times (2 and 4 handles): perhaps fixed there.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
