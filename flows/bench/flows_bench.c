@@ -25,6 +25,10 @@
  * Knobs for exploring (not needed for `make bench-flows`): BENCH_BW_ONLY=1
  * runs only (b), BENCH_LAT_ONLY=1 only (a); BENCH_SEGS and BENCH_SEG_BYTES set the ring of (b);
  * FLOWKV_FAB_YIELD_US tunes adaptive waiting (fabric/fab_tcp.c).
+ * FLOWKV_FAB_HOT=0 turns off the tcp fabric's hot receive (one blocking recv per
+ * message on the connection that carries the writes), to compare with the
+ * epoll path in the same conditions; `taskset -c 0` steadies the latency
+ * figures on a shared 2-core machine.
  */
 #include "fk_error.h"
 #include "fk_hist.h"
