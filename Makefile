@@ -139,6 +139,12 @@ $(BUILD)/tests-aux/%: $(BUILD)/obj/tests/selftest/%.o $(BUILD)/obj/tests/check.o
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIBS) $(LDLIBS)
+# Clients the cluster tests run (tests/cluster/*.c -> build/tests-aux/).
+AUX_PROGS += $(patsubst tests/cluster/%.c,$(BUILD)/tests-aux/%,$(wildcard tests/cluster/*.c))
+$(BUILD)/tests-aux/%: $(BUILD)/obj/tests/cluster/%.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 tests: $(UNIT_TESTS) $(AUX_PROGS)
 

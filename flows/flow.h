@@ -287,4 +287,15 @@ int flow_source_close(flow_source *s);
  * ordered), FK_ENOMEM. Any thread; lives until the node is destroyed. */
 int flow_sequencer_start(flow_node *node, const char *name, uint32_t session);
 
+/* Where the sequencer of ordered flow name runs and its session, as this
+ * node last learned (the declaration it stores, or asks its peers for).
+ * Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (not ordered). Any thread. */
+int flow_sequencer_info(flow_node *node, const char *name, char *addr, size_t cap,
+                        uint32_t *session);
+
+/* Whether a node answers at addr: connects and closes within timeout_ns.
+ * 0, or the connect error (FK_EUNREACHABLE, FK_ETIMEDOUT, -errno). Any
+ * thread; may block up to timeout_ns. */
+int flow_node_probe(flow_node *node, const char *addr, uint64_t timeout_ns);
+
 #endif /* FLOW_H */

@@ -213,12 +213,17 @@ int flow__publish(flow_node *n, const struct flow__desc *d)
     memcpy(msg, &h, sizeof(h));
     memcpy(msg + sizeof(h), d, sizeof(*d));
     int rc = flow__store_desc(n, d);
-    for (uint32_t i = 0; i <= d->ntargets && rc == 0; i++) {
+    if (rc < 0)
+        return rc;
+    /* Every node hears of it even when one does not answer (a moved
+     * sequencer must reach the live targets while a dead one is down);
+     * the first error is returned. */
+    for (uint32_t i = 0; i <= d->ntargets; i++) {
         const char *addr = i < d->ntargets ? d->targets[i] : d->home;
         if (addr[0] == '\0' || strcmp(addr, flow_node_addr(n)) == 0)
             continue;
         int r = flow__call(n, addr, msg, sizeof(msg), NULL, 0);
-        if (r < 0 && i < d->ntargets) /* a departed home is no error */
+        if (r < 0 && i < d->ntargets && rc == 0) /* a departed home is no error */
             rc = r;
     }
     return rc;
@@ -535,6 +540,30 @@ int flow_declare(flow_node *n, const char *name, const struct flow_schema *schem
     if (rc == 0)
         rc = flow__publish(n, d);
     free(d);
+    return rc;
+}
+
+int flow_sequencer_info(flow_node *n, const char *name, char *addr, size_t cap, uint32_t *session)
+{
+    struct flow__desc d;
+    if (n == NULL || name == NULL || addr == NULL || session == NULL)
+        return FK_EINVAL;
+    int rc = flow__describe(n, name, NULL, &d);
+    if (rc < 0)
+        return rc;
+    if (!d.opts.ordered)
+        return FK_EINVAL;
+    snprintf(addr, cap, "%s", d.opts.sequencer);
+    *session = d.seq_session;
+    return 0;
+}
+
+int flow_node_probe(flow_node *n, const char *addr, uint64_t timeout_ns)
+{
+    fab_conn *c;
+    int rc = fab_connect(n->fab, addr, timeout_ns, &c);
+    if (rc == 0)
+        fab_conn_close(c);
     return rc;
 }
 

@@ -25,6 +25,7 @@ struct flow__order {
     uint32_t session;
     uint64_t expected;
     uint64_t wait_since; /* when a later seq was first seen; 0 = not waiting */
+    uint64_t gap_until;  /* every seq below this has waited out the timeout */
 };
 
 int flow__order_init(flow_target *t)
@@ -45,7 +46,7 @@ void flow__order_free(flow_target *t)
 /* What the scan of ring heads found. */
 struct scan {
     int deliver;          /* slot holding expected, or -1 */
-    int later;            /* some head of this session is beyond expected */
+    uint64_t later;       /* smallest head seq of this session beyond expected; 0 = none */
     uint32_t new_session; /* smallest newer session seen, 0 = none */
 };
 
@@ -70,8 +71,8 @@ static void scan_heads(flow_target *t, struct scan *sc)
                     sc->new_session = sess;
             } else if (seq == o->expected) {
                 sc->deliver = (int)i;
-            } else {
-                sc->later = 1;
+            } else if (sc->later == 0 || seq < sc->later) {
+                sc->later = seq;
             }
             break;
         }
@@ -109,15 +110,27 @@ int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline)
         o->session = sc.new_session;
         o->expected = 0;
         o->wait_since = 0;
+        o->gap_until = 0;
         item->session = o->session;
         item->seq = 0;
         return FK_ESESSION;
+    }
+    if (sc.later && o->expected < o->gap_until) {
+        /* A run of missing numbers: each was stamped before the later one
+         * that has been visible for the whole timeout, so none of them is
+         * owed a fresh wait (a target that joined behind the sequencer, a
+         * restarted replica, reports the run at once, not one per timeout). */
+        item->seq = o->expected++;
+        item->session = o->session;
+        item->tuple = NULL;
+        return FK_EGAP;
     }
     if (sc.later) {
         uint64_t now = fk_now_ns();
         if (o->wait_since == 0) {
             o->wait_since = now;
         } else if (now - o->wait_since >= t->desc.opts.gap_timeout_ns) {
+            o->gap_until = sc.later;
             item->seq = o->expected++;
             item->session = o->session;
             item->tuple = NULL;

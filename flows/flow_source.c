@@ -340,7 +340,12 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     fab_node *fab = flow__fab(s->node);
     int rc;
     for (unsigned backoff = 1;; backoff = backoff < 32 ? backoff * 2 : 32) {
-        rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), FLOW__CALL_TIMEOUT_NS, &st->conn);
+        uint64_t now = fk_now_ns(), wait = FLOW__CALL_TIMEOUT_NS;
+        if (deadline > now && deadline - now < wait)
+            wait = deadline - now; /* a dead node costs at most the caller's deadline */
+        else if (deadline <= now)
+            wait = 10 * FK_NSEC_PER_MSEC;
+        rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), wait, &st->conn);
         if (rc == 0)
             rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), FLOW__CALL_TIMEOUT_NS);
         if (rc == (int)sizeof(resp))
@@ -697,6 +702,20 @@ static int source_init(flow_source *s)
         rc = s->desc.opts.multicast ? 0 : alloc_stages(s, (int)k);
         if (rc == 0)
             rc = attach_one(s, (int)k, deadline);
+        /* A replicate flow reaches the targets that answer: a replica
+         * group serves with f of its members down (NOPaxos section 4: the
+         * multicast is unreliable; the missing member recovers later). */
+        if (rc < 0 && rc != FK_ENOMEM && s->desc.opts.kind == FLOW_REPLICATE) {
+            s->t[k].state = 2;
+            rc = 0;
+        }
+    }
+    if (rc == 0 && s->desc.opts.kind == FLOW_REPLICATE) {
+        uint32_t live = 0;
+        for (uint32_t k = 0; k < s->desc.ntargets; k++)
+            live += s->t[k].state == 1;
+        if (live == 0)
+            rc = FK_EUNREACHABLE;
     }
     return rc;
 }

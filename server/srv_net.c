@@ -62,6 +62,9 @@ struct srv_net {
     int stop;             /* atomic */
     uint32_t session;     /* sequencer session this node hosts, 0 = none */
     uint32_t seq_session; /* the session to start (srv_net_conf.session) */
+    int session_joined;   /* connector: kv.oum joined */
+    uint64_t probe_at;    /* connector: next sequencer probe */
+    uint32_t seq_misses;  /* connector: probes unanswered in a row */
 };
 
 /* ---- client map ------------------------------------------------------------ */
@@ -134,7 +137,7 @@ static void connect_peers(struct srv_net *net)
 
 static void connect_oum(struct srv_net *net)
 {
-    if (net->oum_t != NULL || __atomic_load_n(&net->oum_ready, __ATOMIC_ACQUIRE) != NULL)
+    if (net->session_joined)
         return;
     const struct fk_cluster_conf *c = net->cluster;
     uint32_t seq_node = c->n_sequencers > 0 ? c->sequencers[0] : 0;
@@ -156,8 +159,15 @@ static void connect_oum(struct srv_net *net)
         fk_debug("net", "kv.oum not declared yet: %s", fk_strerror(rc));
         return;
     }
-    if (seq_node == net->id && net->session == 0) {
-        uint32_t session = net->seq_session;
+    /* The node the declaration names starts the sequencer, with a session
+     * above any this node or the declaration has seen; after a failover
+     * the declaration names the node that took over. */
+    char at[FAB_ADDR_MAX];
+    uint32_t known = 0;
+    if (net->session == 0 &&
+        flow_sequencer_info(net->node, FKC_FLOW_OUM, at, sizeof(at), &known) == 0 &&
+        strcmp(at, c->nodes[net->id].address) == 0) {
+        uint32_t session = known >= net->seq_session ? known % 65535 + 1 : net->seq_session;
         rc = flow_sequencer_start(net->node, FKC_FLOW_OUM, session);
         if (rc < 0) {
             fk_warn("net", "cannot start the sequencer: %s", fk_strerror(rc));
@@ -172,8 +182,63 @@ static void connect_oum(struct srv_net *net)
         fk_debug("net", "kv.oum target not open yet: %s", fk_strerror(rc));
         return;
     }
+    net->session_joined = 1;
     __atomic_store_n(&net->oum_ready, t, __ATOMIC_RELEASE);
     fk_info("net", "joined the ordered multicast (kv.oum)");
+}
+
+/* Whether this node should host the sequencer now that the one at `dead`
+ * does not answer: it is the first node of the sequencers list, after the
+ * dead one, that answers (fk_conf.h: failover order). */
+static int first_live_candidate(struct srv_net *net, const char *dead)
+{
+    const struct fk_cluster_conf *c = net->cluster;
+    for (uint32_t k = 0; k < c->n_sequencers; k++) {
+        uint32_t id = c->sequencers[k];
+        const char *addr = c->nodes[id].address;
+        if (strcmp(addr, dead) == 0)
+            continue;
+        if (id == net->id)
+            return 1;
+        if (flow_node_probe(net->node, addr, SRV_NET_OPEN_NS) == 0)
+            return 0; /* an earlier candidate lives: it takes over */
+    }
+    return 0;
+}
+
+/* NOPaxos sequencer failover (NOPaxos section 3, the controller's role):
+ * when the node hosting kv.oum's sequencer stops answering for
+ * SEQ_MISSES probes in a row, the first live node of the sequencers list
+ * starts a new sequencer with a larger session; targets then report the
+ * session change and the replicas' session-change view change follows. */
+#define SEQ_PROBE_NS (200ULL * 1000000ULL)
+#define SEQ_MISSES   3
+
+static void check_sequencer(struct srv_net *net)
+{
+    char addr[FAB_ADDR_MAX];
+    uint32_t session;
+    const char *self = net->cluster->nodes[net->id].address;
+    uint64_t now = fk_now_ns();
+    if (now < net->probe_at ||
+        flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) < 0 ||
+        strcmp(addr, self) == 0)
+        return;
+    net->probe_at = now + SEQ_PROBE_NS;
+    if (flow_node_probe(net->node, addr, SRV_NET_OPEN_NS) == 0) {
+        net->seq_misses = 0;
+        return;
+    }
+    if (++net->seq_misses < SEQ_MISSES || !first_live_candidate(net, addr))
+        return;
+    uint32_t next = (session > net->seq_session ? session : net->seq_session) % 65535 + 1;
+    flow_sequencer_start(net->node, FKC_FLOW_OUM, next);
+    if (flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) == 0 &&
+        strcmp(addr, self) == 0) {
+        net->session = net->seq_session = next;
+        net->seq_misses = 0;
+        fk_warn("net", "the sequencer stopped answering: this node took over, session %u", next);
+    }
 }
 
 static void *connector_main(void *arg)
@@ -183,6 +248,8 @@ static void *connector_main(void *arg)
         connect_peers(net);
         if (net->proto == CONS_PROTO_NOP)
             connect_oum(net);
+        if (net->proto == CONS_PROTO_NOP && net->session_joined)
+            check_sequencer(net);
         fk_sleep_ns(SRV_NET_RETRY_NS / 4);
     }
     return NULL;

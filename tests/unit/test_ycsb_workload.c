@@ -514,7 +514,9 @@ TEST(program_dry_run)
     CHECK_EQ_I64(
         run_prog("run -P ycsb/workloads/workloadc -p readproportion=x --dry-run", out, sizeof out),
         2);
-    CHECK_EQ_I64(run_prog("run -P ycsb/workloads/workloadc", out, sizeof out), 2);
+    /* An unknown binding is a command-line error (2), found before any
+     * connection is tried. */
+    CHECK_EQ_I64(run_prog("run -P ycsb/workloads/workloadc -db nosuch", out, sizeof out), 2);
 }
 
 CHECK_MAIN()

@@ -1,0 +1,302 @@
+/*
+ * kv_check: a libflowkv client for the cluster tests
+ * (tests/integration/test_cluster.sh). Every mode exits 0 when what it
+ * checks holds, 1 with a message naming what did not, 2 on usage.
+ *
+ *   kv_check CONF api                   every call of the library, checked
+ *   kv_check CONF write PREFIX N ACKS   puts PREFIX-i = v-i for i < N, one at
+ *                                       a time, appending i to ACKS once
+ *                                       acknowledged (a failure moves on)
+ *   kv_check CONF verify PREFIX ACKS    every acknowledged key has its value
+ *   kv_check CONF garbage REPLICA       malformed bytes on the replica's
+ *                                       request flow and the ordered flow
+ */
+#include "fk_conf.h"
+#include "fk_error.h"
+#include "fk_log.h"
+#include "fk_time.h"
+#include "fkc_proto.h"
+#include "flow.h"
+#include "flow_msg.h"
+#include "flowkv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "kv_check: line %d: %s: ", __LINE__, #cond);                           \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            failures++;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+static int put_s(flowkv *kv, const char *k, const char *v)
+{
+    return flowkv_put(kv, k, strlen(k), v, strlen(v));
+}
+
+static void check_sync(flowkv *kv)
+{
+    char val[FLOWKV_VAL_MAX];
+    size_t vlen = 0;
+    int rc = put_s(kv, "api-a", "1");
+    EXPECT(rc == 0, "put: %s", fk_strerror(rc));
+    rc = flowkv_get(kv, "api-a", 5, val, sizeof(val), &vlen);
+    EXPECT(rc == 0 && vlen == 1 && val[0] == '1', "get: %s, %zu bytes", fk_strerror(rc), vlen);
+    rc = flowkv_get(kv, "api-a", 5, val, 0, &vlen);
+    EXPECT(rc == FK_ETOOBIG && vlen == 1, "get into a 0-byte buffer: %s", fk_strerror(rc));
+    rc = flowkv_get(kv, "api-missing", 11, val, sizeof(val), &vlen);
+    EXPECT(rc == FK_ENOTFOUND, "get of a missing key: %s", fk_strerror(rc));
+    rc = flowkv_cas(kv, "api-a", 5, "2", 1, "3", 1);
+    EXPECT(rc == FK_ECASFAIL, "cas with a wrong expected value: %s", fk_strerror(rc));
+    rc = flowkv_cas(kv, "api-a", 5, "1", 1, "3", 1);
+    EXPECT(rc == 0, "cas: %s", fk_strerror(rc));
+    rc = flowkv_get(kv, "api-a", 5, val, sizeof(val), &vlen);
+    EXPECT(rc == 0 && vlen == 1 && val[0] == '3', "get after cas: %s", fk_strerror(rc));
+    rc = put_s(kv, "api-b", "2");
+    EXPECT(rc == 0, "put b: %s", fk_strerror(rc));
+    rc = put_s(kv, "api-c", "");
+    EXPECT(rc == 0, "put of an empty value: %s", fk_strerror(rc));
+    static struct flowkv_result res;
+    rc = flowkv_scan(kv, "api-", 4, 16, &res);
+    size_t off = 0, kl, vl;
+    const uint8_t *k, *v;
+    int n = 0;
+    const char *want[] = {"api-a", "api-b", "api-c"};
+    while (rc == 0 && flowkv_scan_next(&res, &off, &k, &kl, &v, &vl) == 1 && n < 3) {
+        EXPECT(kl == 5 && memcmp(k, want[n], 5) == 0, "scan pair %d is %.*s", n, (int)kl, k);
+        n++;
+    }
+    EXPECT(rc == 0 && n == 3, "scan: %s, %d pairs", fk_strerror(rc), n);
+    rc = flowkv_del(kv, "api-b", 5);
+    EXPECT(rc == 0, "del: %s", fk_strerror(rc));
+    rc = flowkv_del(kv, "api-b", 5);
+    EXPECT(rc == FK_ENOTFOUND, "del of a deleted key: %s", fk_strerror(rc));
+}
+
+static void check_limits(flowkv *kv)
+{
+    static char big[FLOWKV_VAL_MAX + 2];
+    memset(big, 'x', sizeof(big));
+    int rc = flowkv_put(kv, big, FLOWKV_KEY_MAX + 1, "v", 1);
+    EXPECT(rc == FK_ETOOBIG, "oversize key: %s", fk_strerror(rc));
+    rc = flowkv_put(kv, "k", 1, big, FLOWKV_VAL_MAX + 1);
+    EXPECT(rc == FK_ETOOBIG, "oversize value: %s", fk_strerror(rc));
+    rc = flowkv_put(kv, big, FLOWKV_KEY_MAX, big, FLOWKV_VAL_MAX);
+    EXPECT(rc == 0, "largest key and value: %s", fk_strerror(rc));
+    rc = flowkv_put(kv, "", 0, "v", 1);
+    EXPECT(rc == FK_EINVAL, "empty key: %s", fk_strerror(rc));
+    static struct flowkv_result res;
+    rc = flowkv_scan(kv, "a", 1, FLOWKV_SCAN_MAX + 1, &res);
+    EXPECT(rc == FK_EINVAL, "scan of too many pairs: %s", fk_strerror(rc));
+}
+
+/* The pipelined interface: 64 puts through 8 slots, then 64 gets. */
+static void check_async(const char *conf)
+{
+    struct flowkv_opts o = {.pipeline = 8};
+    flowkv *kv;
+    char err[256];
+    int rc = flowkv_open(conf, &o, &kv, err, sizeof(err));
+    EXPECT(rc == 0, "open with a pipeline: %s", err);
+    if (rc < 0)
+        return;
+    char keys[64][16], vals[64][16];
+    int seen[64] = {0};
+    for (int pass = 0; pass < 2; pass++) {
+        int next = 0, done = 0;
+        uint64_t deadline = fk_now_ns() + 20ULL * FK_NSEC_PER_SEC;
+        while (done < 64 && fk_now_ns() < deadline) {
+            while (next < 64) {
+                snprintf(keys[next], 16, "async-%d", next);
+                snprintf(vals[next], 16, "v%d", next * 7);
+                struct flowkv_op op = {.type = pass ? FLOWKV_GET : FLOWKV_PUT,
+                                       .key = keys[next],
+                                       .klen = strlen(keys[next]),
+                                       .val = vals[next],
+                                       .vlen = strlen(vals[next]),
+                                       .tag = (uint64_t)next};
+                rc = flowkv_submit(kv, &op);
+                if (rc == FK_EBUSY)
+                    break;
+                EXPECT(rc == 0, "submit: %s", fk_strerror(rc));
+                next++;
+            }
+            EXPECT(flowkv_inflight(kv) <= 8, "%u in flight with a pipeline of 8",
+                   flowkv_inflight(kv));
+            struct flowkv_done d[8];
+            int n = flowkv_poll(kv, d, 8, 100 * FK_NSEC_PER_MSEC);
+            for (int i = 0; i < n; i++) {
+                int t = (int)d[i].tag;
+                EXPECT(t >= 0 && t < 64 && seen[t] == pass, "completion tag %d twice", t);
+                EXPECT(d[i].status == 0, "op %d: %s", t, fk_strerror(d[i].status));
+                if (pass && d[i].status == 0)
+                    EXPECT(d[i].len == strlen(vals[t]) && memcmp(d[i].data, vals[t], d[i].len) == 0,
+                           "get %d returned another value", t);
+                seen[t] = pass + 1;
+                done++;
+            }
+        }
+        EXPECT(done == 64, "pass %d completed %d of 64", pass, done);
+    }
+    flowkv_close(kv);
+}
+
+static int mode_api(const char *conf)
+{
+    flowkv *kv;
+    char err[256];
+    int rc = flowkv_open(conf, NULL, &kv, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    check_sync(kv);
+    check_limits(kv);
+    struct flowkv_replica_status st;
+    int up = 0;
+    for (uint32_t i = 0; i < flowkv_replicas(kv); i++)
+        if (flowkv_status(kv, i, &st, FK_NSEC_PER_SEC) == 0 && st.reachable)
+            up++;
+    EXPECT(up == (int)flowkv_replicas(kv), "%d replicas answered status", up);
+    flowkv_close(kv);
+    check_async(conf);
+    EXPECT(flowkv_open("/nonexistent.conf", NULL, &kv, err, sizeof(err)) < 0,
+           "opening a missing file succeeded");
+    return failures ? 1 : 0;
+}
+
+static int mode_write(const char *conf, const char *prefix, long n, const char *acks)
+{
+    struct flowkv_opts o = {.timeout_ns = 3 * FK_NSEC_PER_SEC};
+    flowkv *kv;
+    char err[256];
+    if (flowkv_open(conf, &o, &kv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    FILE *f = fopen(acks, "a");
+    if (f == NULL)
+        return 1;
+    long ok = 0;
+    for (long i = 0; i < n; i++) {
+        char k[64], v[32];
+        snprintf(k, sizeof(k), "%s-%ld", prefix, i);
+        snprintf(v, sizeof(v), "v-%ld", i);
+        if (put_s(kv, k, v) == 0) {
+            fprintf(f, "%ld\n", i);
+            fflush(f);
+            ok++;
+        }
+    }
+    fclose(f);
+    flowkv_close(kv);
+    printf("%ld of %ld writes acknowledged\n", ok, n);
+    return ok > 0 ? 0 : 1;
+}
+
+static int mode_verify(const char *conf, const char *prefix, const char *acks)
+{
+    flowkv *kv;
+    char err[256];
+    if (flowkv_open(conf, NULL, &kv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    FILE *f = fopen(acks, "r");
+    long i, n = 0;
+    while (f != NULL && fscanf(f, "%ld", &i) == 1) {
+        char k[64], want[32], got[64];
+        size_t len = 0;
+        snprintf(k, sizeof(k), "%s-%ld", prefix, i);
+        snprintf(want, sizeof(want), "v-%ld", i);
+        int rc = flowkv_get(kv, k, strlen(k), got, sizeof(got), &len);
+        EXPECT(rc == 0 && len == strlen(want) && memcmp(got, want, len) == 0, "acknowledged %s: %s",
+               k, fk_strerror(rc));
+        n++;
+    }
+    if (f != NULL)
+        fclose(f);
+    flowkv_close(kv);
+    printf("%ld acknowledged writes checked, %d missing or wrong\n", n, failures);
+    return failures || n == 0 ? 1 : 0;
+}
+
+/* Malformed requests straight onto the replica's flows: lying lengths, bad
+ * kinds, random bytes, truncated protocol messages, a bogus ordered tuple. */
+static int mode_garbage(const char *conf, uint32_t replica)
+{
+    struct fk_cluster_conf c;
+    char err[FK_CONF_ERR_MAX];
+    if (fk_conf_load(conf, &c, err, sizeof(err)) < 0 || replica >= c.n_nodes)
+        return 2;
+    flow_node *node;
+    if (flow_node_create(NULL, &node) < 0)
+        return 1;
+    for (uint32_t i = 0; i < c.n_nodes; i++)
+        flow_node_add_peer(node, c.nodes[i].address);
+    char name[FLOW_NAME_MAX];
+    snprintf(name, sizeof(name), "%s%u", FKC_FLOW_REQ, replica);
+    flow_source *s;
+    int rc = flow_source_open(node, name, FLOW_ANY, 2 * FK_NSEC_PER_SEC, &s);
+    EXPECT(rc == 0, "open %s: %s", name, fk_strerror(rc));
+    if (rc == 0) {
+        struct flow_msg_tx tx;
+        flow_msg_tx_init(&tx, s, FKC_REQ_TUPLE);
+        uint8_t buf[3000];
+        uint64_t x = 88172645463325252ULL;
+        for (int i = 0; i < 200; i++) {
+            size_t len = 1 + (size_t)(i * 37) % sizeof(buf);
+            for (size_t j = 0; j < len; j++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                buf[j] = (uint8_t)x;
+            }
+            if (i % 3 == 0)
+                buf[0] = FKC_OP; /* a valid kind, then garbage */
+            flow_msg_send(&tx, 0, x | 1, 0, buf, len);
+        }
+        /* Raw fragments that lie about their lengths. */
+        uint8_t frag[FKC_REQ_TUPLE];
+        memset(frag, 0xff, sizeof(frag));
+        for (int i = 0; i < 20; i++)
+            flow_push(s, frag, sizeof(frag));
+        flow_msg_tx_free(&tx);
+        flow_source_close(s);
+    }
+    if (c.protocol == FK_PROTO_NOPAXOS) {
+        rc = flow_source_open(node, FKC_FLOW_OUM, FLOW_ANY, 2 * FK_NSEC_PER_SEC, &s);
+        EXPECT(rc == 0, "open kv.oum: %s", fk_strerror(rc));
+        if (rc == 0) {
+            static uint8_t t[FKC_OUM_TUPLE];
+            for (int i = 0; i < 20; i++) {
+                memset(t, i * 13, sizeof(t));
+                flow_push(s, t, sizeof(t));
+            }
+            flow_source_close(s);
+        }
+    }
+    flow_node_destroy(node);
+    return failures ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (getenv("FLOWKV_LOG") == NULL)
+        fk_log_set_level(FK_LOG_WARN);
+    if (argc >= 3 && strcmp(argv[2], "api") == 0)
+        return mode_api(argv[1]);
+    if (argc == 6 && strcmp(argv[2], "write") == 0)
+        return mode_write(argv[1], argv[3], atol(argv[4]), argv[5]);
+    if (argc == 5 && strcmp(argv[2], "verify") == 0)
+        return mode_verify(argv[1], argv[3], argv[4]);
+    if (argc == 4 && strcmp(argv[2], "garbage") == 0)
+        return mode_garbage(argv[1], (uint32_t)atoi(argv[3]));
+    fprintf(stderr, "usage: kv_check CONF api|write PREFIX N ACKS|verify PREFIX ACKS|garbage ID\n");
+    return 2;
+}
