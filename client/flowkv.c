@@ -214,6 +214,7 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
     struct flow_node_config nc;
     flow_node_config_default(&nc);
     nc.fabric.host = ip;
+    nc.fabric.token = kv->conf.token; /* replicas refuse a client without it */
     nc.fabric.backend = kv->conf.nodes[0].fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
                         : kv->conf.nodes[0].fabric == FK_FABRIC_TCP ? FAB_BACKEND_TCP
                                                                     : FAB_BACKEND_AUTO;
@@ -225,12 +226,20 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
     }
     for (uint32_t i = 0; i < kv->n; i++)
         flow_node_add_peer(kv->node, kv->conf.nodes[i].address);
-    uint32_t joined = 0;
+    uint32_t joined = 0, refused = 0;
     for (uint32_t i = 0; i < kv->n; i++) {
-        if (join(kv, i) == 0)
+        int jr = join(kv, i);
+        if (jr == 0)
             joined++;
         else
             kv->r[i].retry_at = fk_now_ns() + REJOIN_NS;
+        refused += jr == FK_EAUTH;
+    }
+    if (joined == 0 && refused > 0) {
+        snprintf(err, errcap, "the replicas of %s refused this client: %s", path,
+                 fk_strerror(FK_EAUTH));
+        flowkv_close(kv);
+        return FK_EAUTH;
     }
     if (joined == 0 || (kv->nop && open_oum(kv) < 0)) {
         snprintf(err, errcap, "no replica of %s answered (is the cluster running?)", path);

@@ -60,7 +60,8 @@ struct flowkv_opts {
 
 /* Opens a handle on the cluster described by the file at path. err gets
  * one line on failure. Errors: FK_ECONFIG / -errno (the file), FK_EINVAL,
- * FK_ENOMEM, FK_EUNREACHABLE (no replica could be joined). */
+ * FK_ENOMEM, FK_EUNREACHABLE (no replica could be joined), FK_EAUTH (the
+ * replicas refused the file's token: every connection proves it, fab.h). */
 int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, char *err,
                 size_t errcap);
 /* Waits for nothing: operations in flight are abandoned. Safe on NULL. */

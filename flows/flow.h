@@ -33,7 +33,9 @@
  * FK_EWRONG_THREAD (handle used from another thread), FK_ECLOSED (handle or
  * target closed), FK_EEND, FK_EGAP, FK_ESESSION, FK_ETIMEDOUT, FK_ENOMEM
  * (memory bound or a pool exhausted), FK_EFULL (no free source or target
- * slot), FK_EEXIST (flow name taken), FK_EUNREACHABLE.
+ * slot), FK_EEXIST (flow name taken), FK_EUNREACHABLE, FK_EAUTH (the nodes
+ * asked refused this node's cluster token: flow_node_config.fabric.token,
+ * fab.h "Authentication").
  */
 #ifndef FLOW_H
 #define FLOW_H

@@ -185,9 +185,9 @@ int flow__describe(flow_node *n, const char *name, const char *hint, struct flow
 {
     if (hint == NULL && local_desc(n, name, out) == 0)
         return 0;
-    int rc = FK_EUNKNOWN_FLOW;
+    int rc = FK_EUNKNOWN_FLOW, refused = 0;
     if (hint != NULL && hint[0] != '\0')
-        rc = ask_describe(n, hint, name, out);
+        refused += (rc = ask_describe(n, hint, name, out)) == FK_EAUTH;
     for (int i = 0; rc < 0; i++) {
         char peer[FAB_ADDR_MAX];
         pthread_mutex_lock(&n->lock);
@@ -197,10 +197,12 @@ int flow__describe(flow_node *n, const char *name, const char *hint, struct flow
         pthread_mutex_unlock(&n->lock);
         if (!have)
             break;
-        rc = ask_describe(n, peer, name, out);
+        refused += (rc = ask_describe(n, peer, name, out)) == FK_EAUTH;
     }
+    /* Nodes that refused our token are worth naming: the flow may well
+     * exist behind them (a client with the wrong cluster token). */
     if (rc < 0)
-        return local_desc(n, name, out) == 0 ? 0 : FK_EUNKNOWN_FLOW;
+        return local_desc(n, name, out) == 0 ? 0 : refused ? FK_EAUTH : FK_EUNKNOWN_FLOW;
     flow__store_desc(n, out);
     return local_desc(n, name, out);
 }

@@ -330,6 +330,7 @@ int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
     nc.fabric.host = self->ip;
     nc.fabric.port = self->port;
     nc.fabric.device = self->rdma_device[0] ? self->rdma_device : NULL;
+    nc.fabric.token = c->token; /* peers and clients prove it (fab.h) */
     nc.fabric.backend = self->fabric == FK_FABRIC_TCP     ? FAB_BACKEND_TCP
                         : self->fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
                                                           : FAB_BACKEND_AUTO;

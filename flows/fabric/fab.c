@@ -8,6 +8,7 @@
 #include "fk_log.h"
 #include "fk_time.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -42,6 +43,14 @@ void fab__fault_init(struct fab__fault *f, const struct fab_config *cfg)
     if (f->delay_ns == 0)
         f->delay_p = 0;
     f->seed = cfg->seed ? cfg->seed : (fk_now_ns() ^ ((uint64_t)getpid() << 32)) | 1;
+}
+
+void fab__node_base_init(fab_node *base, const struct fab_config *cfg)
+{
+    fab__fault_init(&base->fault, cfg);
+    /* Set before the backend starts listening (fab_node_create checked the
+     * length): no connection is ever served without it. */
+    snprintf(base->token, sizeof(base->token), "%s", cfg->token != NULL ? cfg->token : "");
 }
 
 double fab__rand01(uint64_t *s)
@@ -114,6 +123,11 @@ int fab_node_create(const struct fab_config *cfg, fab_node **out)
         cfg = &dflt;
     }
     if (cfg->drop > 1 || cfg->delay_p > 1)
+        return FK_EINVAL;
+    size_t toklen = cfg->token != NULL ? strlen(cfg->token) : 0;
+    if (toklen > FAB_TOKEN_MAX)
+        return FK_EINVAL;
+    if (toklen > 0 && fk_auth_init() < 0)
         return FK_EINVAL;
     enum fab_backend be;
     int automatic;
@@ -218,7 +232,20 @@ int fab_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn 
     uint16_t port;
     if (node == NULL || out == NULL || fab__parse_addr(addr, host, &port) < 0)
         return FK_EINVAL;
-    return node->ops->connect(node, addr, timeout_ns, out);
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    int rc = node->ops->connect(node, addr, timeout_ns, out);
+    if (rc < 0 || node->token[0] == '\0')
+        return rc;
+    uint64_t now = fk_now_ns();
+    rc = fab__auth_dial(*out, deadline > now ? deadline - now : FK_NSEC_PER_MSEC);
+    if (rc < 0) {
+        /* The caller reports FK_EAUTH; the listener logs its side. */
+        if (rc == FK_EAUTH)
+            fk_debug("flows", "fabric: %s and this node do not share the cluster token", addr);
+        node->ops->conn_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 void fab_conn_close(fab_conn *conn)

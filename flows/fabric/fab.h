@@ -38,6 +38,20 @@
  * FLOWKV_FAB_DELAY_US=<microseconds> with FLOWKV_FAB_DELAY_P=<probability>
  * (default 1 when a delay is set); fab_config fields override the variables.
  *
+ * Authentication. A node created with a token (fab_config.token, the
+ * cluster's shared secret) serves an incoming connection only after the
+ * dialer proved it knows the token, and proves it back (common/fk_auth.h:
+ * a mutual HMAC challenge-response, two control messages that fab_connect
+ * sends before it returns). Until then every control message is answered
+ * FK_EAUTH and every one-sided operation fails as a remote access error
+ * (tcp: the software NIC refuses it; verbs: the queue pair is accepted
+ * without remote access rights and granted them only after the proof), so
+ * a stranger can neither read nor write registered memory nor reach the
+ * flows control plane. fab_connect from a node with a token fails with
+ * FK_EAUTH when the listener does not prove the same token (or has none).
+ * Datagram endpoints (fab_ep) are not authenticated: flowkv's service
+ * flows never use them.
+ *
  * Threads: a node may be used from any thread. A connection (fab_conn) and a
  * datagram endpoint (fab_ep) belong to the thread that uses them; no two
  * threads may call functions on the same one at the same time (DFI's
@@ -59,6 +73,8 @@
 #define FAB_DGRAM_MAX 4096
 /* Longest address string, "a.b.c.d:port" and its terminator. */
 #define FAB_ADDR_MAX 48
+/* Longest cluster token (bytes, without the terminator). */
+#define FAB_TOKEN_MAX 127
 
 enum fab_backend {
     FAB_BACKEND_AUTO = 0,
@@ -76,6 +92,8 @@ struct fab_config {
     uint64_t seed;            /* fault knob random seed; 0 = from pid and time */
     const char *device;       /* verbs: RDMA device name; NULL = FLOWKV_RDMA_DEVICE, else the
                                  device that owns host (or the first active one) */
+    const char *token;        /* cluster token, 1..FAB_TOKEN_MAX chars; NULL or "" = an open
+                                 node (tests, benchmarks): see "Authentication" above */
 };
 
 /* Fills cfg with defaults: AUTO backend, 127.0.0.1, ephemeral port, fault
@@ -197,8 +215,10 @@ int fab_node_wait(fab_node *node, uint64_t seen, uint64_t timeout_ns);
 
 /* ---- connections and one-sided operations ---------------------------------- */
 
-/* Connects to the node at addr ("host:port"). Blocks up to timeout_ns.
+/* Connects to the node at addr ("host:port"). Blocks up to timeout_ns
+ * (with a token: connection and authentication together).
  * Errors: FK_EINVAL (bad address), FK_EUNREACHABLE (refused or timed out),
+ * FK_EAUTH (this node has a token and the peer did not prove it),
  * FK_ENOMEM. The connection belongs to the calling thread afterwards. */
 int fab_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn **out);
 

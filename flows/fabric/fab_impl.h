@@ -10,6 +10,7 @@
 #define FAB_IMPL_H
 
 #include "fab.h"
+#include "fk_auth.h"
 
 #include <stdint.h>
 
@@ -49,6 +50,7 @@ struct fab__fault {
 struct fab_node {
     const struct fab__ops *ops;
     char addr[FAB_ADDR_MAX];
+    char token[FAB_TOKEN_MAX + 1]; /* "" = an open node (no authentication) */
     struct fab__fault fault;
     int has_mcast;
     fab_call_fn call_fn;
@@ -74,11 +76,47 @@ struct fab_ep {
     uint64_t rng; /* fault knob random state, per endpoint (owner thread) */
 };
 
+/* Authentication of one incoming connection (fab_auth.c; fab.h,
+ * "Authentication"). Backends embed one per passive connection, zeroed. */
+enum fab__auth_state {
+    FAB__AUTH_NONE = 0,   /* nothing received yet: expects the dialer's nonce */
+    FAB__AUTH_CHALLENGED, /* our nonce and proof sent: expects the dialer's proof */
+    FAB__AUTH_OK,         /* proved: control messages go to the handler */
+    FAB__AUTH_FAILED,     /* a bad or missing proof: refused for good */
+};
+struct fab__auth {
+    uint8_t state; /* enum fab__auth_state */
+    uint8_t own[FK_AUTH_NONCE], peer[FK_AUTH_NONCE];
+};
+
+/* Whether one-sided operations on a connection in state a may touch
+ * registered memory: always on an open node, after the proof otherwise. */
+static inline int fab__auth_ok(const fab_node *n, const struct fab__auth *a)
+{
+    return n->token[0] == '\0' || a->state == FAB__AUTH_OK;
+}
+
+/* Serves one control message of an incoming connection: the handshake
+ * while a is not FAB__AUTH_OK, then the node's call handler. Returns as
+ * fab_call_fn (bytes in resp, or a negative code for the caller). Sets
+ * *granted to 1 when this message completed the proof, so that a backend
+ * that enforces access in hardware opens it (verbs) before the response
+ * goes out. Runs where the backend runs call handlers. */
+int fab__serve_call(fab_node *n, struct fab__auth *a, uint64_t peer_id, const void *req, size_t len,
+                    void *resp, size_t cap, int *granted);
+
+/* The dialer's half of the handshake on a fresh connection, within
+ * timeout_ns. 0, FK_EAUTH, or the error of fab_call. */
+int fab__auth_dial(fab_conn *conn, uint64_t timeout_ns);
+
 extern const struct fab__ops fab__tcp_ops;
 extern const struct fab__ops fab__verbs_ops; /* fab_verbs.c */
 
 /* Resolves the fault knob from cfg and the environment. */
 void fab__fault_init(struct fab__fault *f, const struct fab_config *cfg);
+/* What every backend's node_create does first, before it listens: the
+ * fault knob and the token from cfg. */
+void fab__node_base_init(fab_node *base, const struct fab_config *cfg);
 /* Draws a uniform double in [0, 1) from *state (xorshift64*). */
 double fab__rand01(uint64_t *state);
 /* Parses "a.b.c.d:port" into host (FAB_ADDR_MAX) and port; FK_EINVAL. */

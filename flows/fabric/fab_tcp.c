@@ -125,9 +125,10 @@ struct tcp_peer {
     uint64_t id;
     struct tcp_peer *next, *prev;
     struct tcp_inwrite w;
-    int failed;   /* remote access error: the connection is closing */
-    int hot_fd;   /* the socket, once it was in hot mode */
-    int hot_timo; /* SO_RCVTIMEO set (hot mode) */
+    struct fab__auth auth; /* the token handshake (fab_auth.c) */
+    int failed;            /* remote access error: the connection is closing */
+    int hot_fd;            /* the socket, once it was in hot mode */
+    int hot_timo;          /* SO_RCVTIMEO set (hot mode) */
     uint8_t in[FAB__TCP_IN_CAP];
     size_t in_len;
     uint8_t *fill, *inflight; /* response buffers: appended to / being written */
@@ -438,14 +439,12 @@ static void apply_faa(struct tcp_peer *p, const struct fab__tcp_msg *m)
 static void apply_call(struct tcp_peer *p, const struct fab__tcp_msg *m, const uint8_t *payload)
 {
     struct tcp_node *n = p->node;
-    fab_call_fn fn = __atomic_load_n(&n->base.call_fn, __ATOMIC_ACQUIRE);
-    void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
     uint8_t resp[FAB_MSG_MAX];
-    int rc = FK_EINVAL;
+    int granted; /* the software NIC checks p->auth on every operation */
     /* The handler may register memory: it runs without mr_lock. */
     pthread_mutex_unlock(&n->mr_lock);
-    if (fn != NULL)
-        rc = fn(data, p->id, payload, m->len, resp, sizeof(resp));
+    int rc =
+        fab__serve_call(&n->base, &p->auth, p->id, payload, m->len, resp, sizeof(resp), &granted);
     pthread_mutex_lock(&n->mr_lock);
     struct fab__tcp_msg r = {.op = FAB_OP_CALL | FAB__TCP_RESP,
                              .status = rc < 0 ? rc : 0,
@@ -463,6 +462,12 @@ static size_t apply_one(struct tcp_peer *p, const uint8_t *buf, size_t avail, in
     if (avail < sizeof(m))
         return 0;
     memcpy(&m, buf, sizeof(m));
+    if (m.op != FAB_OP_CALL && !fab__auth_ok(&p->node->base, &p->auth)) {
+        /* One-sided access before the token proof: a remote access error,
+         * as a queue pair without access rights would answer. */
+        peer_fail(p, &m);
+        return avail;
+    }
     switch (m.op) {
     case FAB_OP_WRITE:
         p->w = (struct tcp_inwrite){m.len, m.raddr, m.rkey, m.len, m.cookie, m.flags, 1};
@@ -1064,7 +1069,7 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
     }
     snprintf(n->host, sizeof(n->host), "%s", host);
     n->base.ops = &fab__tcp_ops;
-    fab__fault_init(&n->base.fault, cfg);
+    fab__node_base_init(&n->base, cfg);
     n->base.has_mcast = fab__udp_probe_mcast(host);
     pthread_mutex_init(&n->mr_lock, NULL);
     pthread_mutex_init(&n->loop_lock, NULL);

@@ -77,6 +77,7 @@ struct vb_peer {
     struct ibv_qp *qp;
     uint64_t num; /* peer_id handed to the handlers */
     int established;
+    struct fab__auth auth; /* the token handshake (fab_auth.c) */
     struct ibv_mr *mr;
     struct vb_peer *next, *prev;
     uint8_t buf[VB_PEER_RECVS + 1][VB_MSG_BYTES]; /* receives, then the response */
@@ -270,16 +271,18 @@ int fab__verbs_same_device(const struct vb_node *n, const struct rdma_cm_id *id)
 
 /* Moves qp to state with the attributes rdma_cm computed for id, granting
  * every remote access and rd_atom reads/atomics in flight each way. */
+#define VB_REMOTE_ACCESS                                                                           \
+    (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
 int fab__verbs_qp_to(const struct vb_node *n, struct rdma_cm_id *id, struct ibv_qp *qp,
-                     enum ibv_qp_state state)
+                     enum ibv_qp_state state, int remote)
 {
     struct ibv_qp_attr a = {.qp_state = state};
     int mask = 0;
     if (rdma_init_qp_attr(id, &a, &mask) != 0)
         return -errno;
     if (mask & IBV_QP_ACCESS_FLAGS)
-        a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+        a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | (remote ? VB_REMOTE_ACCESS : 0);
     if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
         a.max_dest_rd_atomic = (uint8_t)n->rd_atom;
     if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
@@ -496,6 +499,20 @@ static int post_peer_recv(struct vb_peer *p, unsigned slot)
 /* Runs the handler on one request and sends its response (a SEND from the
  * peer's response buffer; the next request can only come after the active
  * side received this response, so the buffer is free again by then). */
+/* The token was proved (fab_auth.c): the queue pair, accepted without
+ * remote access rights, gets them now, before the response that lets the
+ * dialer post (RTS to RTS may change access flags: IB spec vol. 1, table
+ * 91 "QP state transition properties"). */
+static int grant_remote(struct vb_peer *p)
+{
+    struct ibv_qp_attr a = {.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | VB_REMOTE_ACCESS};
+    int rc = ibv_modify_qp(p->qp, &a, IBV_QP_ACCESS_FLAGS);
+    if (rc != 0)
+        fk_warn("flows", "fabric verbs: cannot grant remote access to peer %lu: %s", p->num,
+                strerror(rc));
+    return rc;
+}
+
 static void on_call(struct vb_peer *p, unsigned slot, uint32_t bytes)
 {
     struct vb_node *n = p->node;
@@ -503,11 +520,12 @@ static void on_call(struct vb_peer *p, unsigned slot, uint32_t bytes)
     uint32_t len, seq;
     memcpy(&len, req, 4);
     memcpy(&seq, req + 4, 4);
-    fab_call_fn fn = __atomic_load_n(&n->base.call_fn, __ATOMIC_ACQUIRE);
-    void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
-    int rc = FK_EINVAL;
-    if (len <= FAB_MSG_MAX && len + VB_MSG_HDR <= bytes && fn != NULL)
-        rc = fn(data, p->num, req + VB_MSG_HDR, len, resp + VB_MSG_HDR, FAB_MSG_MAX);
+    int rc = FK_EINVAL, granted = 0;
+    if (len <= FAB_MSG_MAX && len + VB_MSG_HDR <= bytes)
+        rc = fab__serve_call(&n->base, &p->auth, p->num, req + VB_MSG_HDR, len, resp + VB_MSG_HDR,
+                             FAB_MSG_MAX, &granted);
+    if (granted && grant_remote(p) != 0)
+        rc = FK_EAUTH; /* the dialer then closes: nothing half-open stays */
     int32_t status = rc < 0 ? rc : 0;
     uint32_t rlen = rc > 0 ? (uint32_t)rc : 0;
     memcpy(resp, &status, 4);
@@ -607,8 +625,10 @@ static void on_connect_request(struct vb_node *n, struct rdma_cm_event *ev)
         n->peers->prev = p;
     n->peers = p;
     p->mr = ibv_reg_mr(n->pd, p->buf, sizeof(p->buf), IBV_ACCESS_LOCAL_WRITE);
-    int ok = p->mr != NULL && fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_INIT) == 0 &&
-             fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTR) == 0;
+    /* With a token, no remote access until the dialer proved it. */
+    int open_node = n->base.token[0] == '\0';
+    int ok = p->mr != NULL && fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_INIT, open_node) == 0 &&
+             fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTR, open_node) == 0;
     for (unsigned i = 0; ok && i < VB_PEER_RECVS; i++)
         ok = post_peer_recv(p, i) == 0;
     struct rdma_conn_param cp = {.responder_resources = (uint8_t)n->rd_atom,
@@ -618,7 +638,7 @@ static void on_connect_request(struct vb_node *n, struct rdma_cm_event *ev)
     /* RTS right after the accept (the REP is out), before any request can
      * need a response: the kernel's own rdma_accept does the same. */
     if (!ok || rdma_accept(ev->id, &cp) != 0 ||
-        fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTS) != 0) {
+        fab__verbs_qp_to(n, ev->id, p->qp, IBV_QPS_RTS, open_node) != 0) {
         rdma_reject(ev->id, NULL, 0);
         peer_free(p, 0);
     }
@@ -763,7 +783,7 @@ static int vb_node_create(const struct fab_config *cfg, fab_node **out)
         return FK_ENOMEM;
     n->stop_fd = -1;
     n->base.ops = &fab__verbs_ops;
-    fab__fault_init(&n->base.fault, cfg);
+    fab__node_base_init(&n->base, cfg);
     int rc = choose_device(n, cfg);
     if (rc == 0)
         rc = open_device(n);

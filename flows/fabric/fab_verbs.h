@@ -126,10 +126,11 @@ struct rdma_cm_id;
 /* Whether an rdma_cm id resolved to the node's device (by name: the node's
  * context is its own, not librdmacm's). */
 int fab__verbs_same_device(const struct vb_node *n, const struct rdma_cm_id *id);
-/* Moves qp to state with rdma_init_qp_attr's attributes for id (all remote
- * access, the node's reads/atomics in flight). Returns 0 or -errno. */
+/* Moves qp to state with rdma_init_qp_attr's attributes for id (the
+ * node's reads/atomics in flight; remote write, read and atomic access
+ * when remote is 1, none when 0). Returns 0 or -errno. */
 int fab__verbs_qp_to(const struct vb_node *n, struct rdma_cm_id *id, struct ibv_qp *qp,
-                     enum ibv_qp_state state);
+                     enum ibv_qp_state state, int remote);
 
 /* The local key of a region (for a work request's scatter/gather entry). */
 uint32_t fab__verbs_lkey(const fab_mr *mr);

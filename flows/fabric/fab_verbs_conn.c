@@ -321,7 +321,7 @@ static int make_qp(struct vb_conn *c)
             return errno ? -errno : FK_ENOMEM;
     }
     c->max_inline = qa.cap.max_inline_data;
-    int rc = fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_INIT);
+    int rc = fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_INIT, 1);
     return rc < 0 ? rc : repost_recv(c);
 }
 
@@ -366,8 +366,8 @@ static int attempt(struct vb_conn *c, const struct sockaddr_in *dst, uint64_t de
         /* Our QP is not librdmacm's: move it to RTR and RTS, then tell the
          * passive side (the RTU). */
         c->why = "queue pair transition";
-        if (fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTR) != 0 ||
-            fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTS) != 0 || rdma_establish(c->id) != 0)
+        if (fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTR, 1) != 0 ||
+            fab__verbs_qp_to(n, c->id, c->qp, IBV_QPS_RTS, 1) != 0 || rdma_establish(c->id) != 0)
             return FK_EAGAIN;
         return 0;
     }

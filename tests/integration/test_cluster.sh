@@ -106,6 +106,16 @@ cli_ops() { # cli_ops DIR: every CLI command and its exit status
     return 0
 }
 
+wrong_token() { # wrong_token DIR: a client with another token is refused, clearly
+    sed 's/^token = .*/token = not-the-cluster-token-42/' "$1/cluster.conf" >"$1/wrong.conf"
+    local out rc
+    out=$("$CLI" -c "$1/wrong.conf" -t 2000 get k1 2>&1)
+    rc=$?
+    [ $rc -eq 3 ] || { echo "exit status $rc, not 3: $out"; return 1; }
+    grep -q 'wrong cluster token' <<<"$out" || { echo "unclear error: $out"; return 1; }
+    grep -q 'refused connection .*wrong cluster token' "$1"/log* || { echo "no replica logged it"; return 1; }
+}
+
 run_protocol() {
     local proto=$1 base=$2 d=$WORK/$1
     write_conf "$d" "$proto" "$base"
@@ -117,6 +127,7 @@ run_protocol() {
     fi
     t_check "$proto: every CLI command, with its exit status" cli_ops "$d"
     t_check "$proto: every library call (sync, pipelined, limits, status)" "$KV" "$d/cluster.conf" api
+    t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
     t_check "$proto: malformed request bytes leave the replicas serving" "$CLI" -c "$d/cluster.conf" put after-garbage ok
 

@@ -411,6 +411,84 @@ TEST(fab_call_and_close_notification)
     fab_node_destroy(b);
 }
 
+/* ---- the cluster token ---------------------------------------------------------- */
+
+static fab_node *token_node(const char *token)
+{
+    struct fab_config cfg;
+    fab_config_default(&cfg);
+    cfg.token = token;
+    fab_node *n = NULL;
+    CHECK_OK(fab_node_create(&cfg, &n));
+    return n;
+}
+
+#define TOKEN_A "token-aaaaaaaaaaaaaaaa"
+#define TOKEN_B "token-bbbbbbbbbbbbbbbb"
+
+/* A node with a token serves only dialers that prove it (fab.h,
+ * "Authentication"): a wrong token fails at connect, no token gets
+ * FK_EAUTH for control messages and a remote access error for one-sided
+ * operations, and the listener's memory stays untouched. */
+TEST(fab_token_refuses_strangers)
+{
+    fab_node *srv = token_node(TOKEN_A);
+    fab_node_set_handlers(srv, echo_call, NULL, NULL);
+    static uint64_t mem[2] __attribute__((aligned(8)));
+    mem[0] = 7;
+    fab_mr *mr;
+    CHECK_OK(fab_mr_reg(srv, mem, sizeof(mem), &mr));
+    struct fab_rkey k = fab_mr_rkey(mr);
+    const char *addr = fab_node_addr(srv);
+    char resp[16];
+    uint64_t v = 99;
+
+    /* The same token: control messages and one-sided operations work. */
+    fab_node *good = token_node(TOKEN_A);
+    fab_conn *c = connect_to(good, addr);
+    CHECK_EQ_I64(fab_call(c, "xok", 3, resp, sizeof(resp), 5 * SEC), 3);
+    CHECK_OK(fab_post_faa(c, k.addr, k.key, 1, 1, 0));
+    struct fab_wc wc = wait_one(c);
+    CHECK_OK(wc.status);
+    CHECK_EQ_U64(wc.value, 7);
+    fab_conn_close(c);
+
+    /* Another token: refused at connect, in both directions. */
+    fab_node *wrong = token_node(TOKEN_B);
+    c = NULL;
+    CHECK_ERR(fab_connect(wrong, addr, 5 * SEC, &c), FK_EAUTH);
+    CHECK(c == NULL);
+
+    /* No token at all: connected, but nothing is served. */
+    fab_node *open = new_node();
+    c = connect_to(open, addr);
+    CHECK_ERR(fab_call(c, "xno", 3, resp, sizeof(resp), 5 * SEC), FK_EAUTH);
+    CHECK_ERR(fab_call(c, "xno", 3, resp, sizeof(resp), 5 * SEC), FK_EAUTH);
+    CHECK_OK(fab_post_write(c, NULL, &v, 8, k.addr, k.key, 2, FAB_SIGNALED));
+    wc = wait_one(c);
+    CHECK_EQ_U64(wc.cookie, 2);
+    CHECK_MSG(wc.status < 0, "an unauthenticated write completed with %d", wc.status);
+    fab_conn_close(c);
+    /* A dialer with a token does not trust a listener without one. */
+    fab_node_set_handlers(open, echo_call, NULL, NULL);
+    c = NULL;
+    CHECK_ERR(fab_connect(good, fab_node_addr(open), 5 * SEC, &c), FK_EAUTH);
+    CHECK_EQ_U64(fab_load64(&mem[0]), 8); /* only the proved FAA landed */
+
+    struct fab_config cfg;
+    fab_config_default(&cfg);
+    static char longtok[FAB_TOKEN_MAX + 2];
+    memset(longtok, 't', FAB_TOKEN_MAX + 1);
+    cfg.token = longtok;
+    fab_node *bad = NULL;
+    CHECK_ERR(fab_node_create(&cfg, &bad), FK_EINVAL);
+    fab_mr_dereg(mr);
+    fab_node_destroy(open);
+    fab_node_destroy(wrong);
+    fab_node_destroy(good);
+    fab_node_destroy(srv);
+}
+
 /* ---- datagrams, multicast, fault knob ------------------------------------------ */
 
 TEST(fab_datagram_send_recv)
