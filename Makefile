@@ -237,7 +237,7 @@ test: deps
 	@$(MAKE) --no-print-directory test-run
 
 test-run: all tests
-	@BUILD=$(BUILD) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t $(TEST_TIMEOUT) $(UNIT_TESTS) $(SHELL_TESTS)
+	@BUILD=$(BUILD) SAN=$(SAN) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t $(TEST_TIMEOUT) $(UNIT_TESTS) $(SHELL_TESTS)
 
 # The same tests under each sanitizer, in separate build trees.
 asan: deps
@@ -334,10 +334,30 @@ fuzz: fuzz-build
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh build/fuzz
 
 # ---- 5. install, clean -----------------------------------------------------
+# What a user gets: the programs, libflowkv.a (the client library with the
+# layers under it: flows, the consensus wire codecs, common) with its two
+# headers (flowkv.h, the contract, and fk_error.h, the codes it returns),
+# and flowkv.pc so that `pkg-config --cflags --libs --static flowkv` finds
+# them. deploy/ installs replicas with `make install DESTDIR=...`.
+LIBFLOWKV := $(BUILD)/lib/libflowkv.a
+$(LIBFLOWKV): $(call obj,$(CLIENT_SRC) $(FLOWS_SRC) $(CONSENSUS_SRC) $(COMMON_SRC))
+all: $(LIBFLOWKV)
+# Requires.private: only what the client half links (no LMDB, no curl).
+FLOWKV_VERSION = $(shell sed -n 's/^\#define SRV_VERSION "\(.*\)"/\1/p' server/srv_opts.h)
+FLOWKV_PC_REQUIRES := libuv libxxhash libibverbs librdmacm inih libsodium
+INSTALL_PROGS := $(SERVER_PROG) $(CLI_PROG) $(YCSB_PROG) $(SIM_PROG)
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/flowkv
-	install -m 644 $(LIBS) $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(wildcard common/*.h) $(DESTDIR)$(PREFIX)/include/flowkv/
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	    $(DESTDIR)$(PREFIX)/include/flowkv
+	install -m 755 $(INSTALL_PROGS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIBFLOWKV) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 client/flowkv.h common/fk_error.h $(DESTDIR)$(PREFIX)/include/flowkv/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	    'Name: flowkv' 'Description: client library of the flowkv replicated key-value store' \
+	    'Version: $(FLOWKV_VERSION)' 'Requires.private: $(FLOWKV_PC_REQUIRES)' \
+	    'Cflags: -I$${includedir}/flowkv' 'Libs: -L$${libdir} -lflowkv' \
+	    'Libs.private: -lm -pthread' >$(DESTDIR)$(PREFIX)/lib/pkgconfig/flowkv.pc
 
 clean:
 	rm -rf build
