@@ -41,7 +41,9 @@
 #define FLOW__SEGS_MAX          4096
 #define FLOW__SEG_BYTES_MAX     (1u << 20)
 #define FLOW__CALL_TIMEOUT_NS   (5ULL * 1000000000ULL)
-#define FLOW__DEFAULT_GAP_NS    (50ULL * 1000000ULL)
+/* After a failed attach to a joined target, the next try waits this long. */
+#define FLOW__REATTACH_NS    (20ULL * 1000000ULL)
+#define FLOW__DEFAULT_GAP_NS (50ULL * 1000000ULL)
 
 struct flow__footer {
     uint64_t seq;
@@ -166,7 +168,8 @@ struct flow_target {
 
 /* The source's view of one target. */
 struct flow__starget {
-    int state; /* 0 = not attached, 1 = attached, 2 = gone */
+    int state;         /* 0 = not attached, 1 = attached, 2 = gone, 3 = attach failed (retry_at) */
+    uint64_t retry_at; /* state 3: no new attach before this time (ns) */
     fab_conn *conn;
     int32_t slot;
     struct fab_rkey ring;

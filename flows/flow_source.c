@@ -319,6 +319,16 @@ static int alloc_stages(flow_source *s, int k);
 
 /* ---- attach ------------------------------------------------------------------------------- */
 
+/* How long one step of an attach may wait: what is left of the caller's
+ * deadline, so that a node that does not answer costs at most that, and
+ * at least 1 ms (a step started at the deadline still gets one try). */
+static uint64_t attach_wait(uint64_t deadline)
+{
+    uint64_t now = fk_now_ns(), floor = FK_NSEC_PER_MSEC;
+    uint64_t left = deadline > now + floor ? deadline - now : floor;
+    return left < FLOW__CALL_TIMEOUT_NS ? left : FLOW__CALL_TIMEOUT_NS;
+}
+
 /* Connects to target k and takes a ring slot there, retrying while the
  * target is not open yet (its node answers FK_ENOTFOUND). */
 static int attach_one(flow_source *s, int k, uint64_t deadline)
@@ -340,14 +350,9 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     fab_node *fab = flow__fab(s->node);
     int rc;
     for (unsigned backoff = 1;; backoff = backoff < 32 ? backoff * 2 : 32) {
-        uint64_t now = fk_now_ns(), wait = FLOW__CALL_TIMEOUT_NS;
-        if (deadline > now && deadline - now < wait)
-            wait = deadline - now; /* a dead node costs at most the caller's deadline */
-        else if (deadline <= now)
-            wait = 10 * FK_NSEC_PER_MSEC;
-        rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), wait, &st->conn);
+        rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), attach_wait(deadline), &st->conn);
         if (rc == 0)
-            rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), FLOW__CALL_TIMEOUT_NS);
+            rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), attach_wait(deadline));
         if (rc == (int)sizeof(resp))
             break;
         if (rc >= 0)
@@ -390,6 +395,9 @@ static int ensure_target(flow_source *s, int k)
         return FK_EINVAL;
     if (s->t[k].state == 1)
         return 0;
+    uint64_t now = fk_now_ns();
+    if (s->t[k].state == 3 && now < s->t[k].retry_at)
+        return FK_ECLOSED;
     struct flow__desc d;
     if (flow__describe(s->node, s->desc.name, s->desc.home, &d) < 0)
         return FK_ECLOSED;
@@ -405,7 +413,15 @@ static int ensure_target(flow_source *s, int k)
     detach_one(s, k);
     if (alloc_stages(s, k) < 0)
         return FK_ENOMEM;
-    return attach_one(s, k, fk_now_ns() + s->timeout_ns) < 0 ? FK_ECLOSED : 0;
+    if (attach_one(s, k, now + s->timeout_ns) == 0)
+        return 0;
+    /* A member that did not answer within this source's timeout (a busy
+     * machine, a slow handshake) has not departed: writing it off would
+     * drop everything pushed to its index for good. It is tried again,
+     * at most once per FLOW__REATTACH_NS so that pushes stay cheap. */
+    s->t[k].state = 3;
+    s->t[k].retry_at = now + FLOW__REATTACH_NS;
+    return FK_ECLOSED;
 }
 
 /* ---- push -------------------------------------------------------------------------------- */

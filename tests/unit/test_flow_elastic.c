@@ -182,6 +182,95 @@ TEST(elastic_targets_join_leave_index_reused)
     flow_node_destroy(n);
 }
 
+/* A client-like joined target of "sj": consumes JOIN_TUPLES and, like
+ * libflowkv, joins again when its declared source went away (FK_EEND). */
+static void rejoining_target(struct ft_child *c, void *arg)
+{
+    (void)arg;
+    char home[FAB_ADDR_MAX];
+    if (ft_read(c->down[0], home, sizeof(home)) < 0)
+        _exit(3);
+    flow_node *n = ft_node();
+    CHECK_OK(flow_node_add_peer(n, home));
+    flow_target *t;
+    CHECK_OK(flow_target_join(n, "sj", &t));
+    int idx = flow_target_index(t);
+    ft_write(c->up[1], &idx, sizeof(idx));
+    uint64_t got = 0, deadline = fk_now_ns() + FT_DEADLINE;
+    while (got < JOIN_TUPLES) {
+        struct flow_item it;
+        int rc = flow_consume(t, &it, 100 * FK_NSEC_PER_MSEC);
+        CHECK(fk_now_ns() < deadline);
+        if (rc == FK_ETIMEDOUT)
+            continue;
+        if (rc == FK_EEND) {
+            flow_target_close(t);
+            CHECK_OK(flow_target_join(n, "sj", &t));
+            continue;
+        }
+        CHECK_OK(rc);
+        const struct ft_tuple *tp = it.tuple;
+        CHECK_EQ_U64(tp->check, ft_check(tp->key, tp->src, tp->n));
+        got += tp->n > 0; /* tuple 0 may be pushed twice (its first push failed) */
+    }
+    flow_target_close(t);
+    ft_write(c->up[1], &idx, sizeof(idx));
+    flow_node_destroy(n);
+}
+
+/* A joined target whose process does not answer while a source with a
+ * short timeout attaches (a busy client machine): the push fails, but the
+ * target is not written off; once it answers again, pushes to its index
+ * reach it (flowkv's replicas push replies with a 2 ms timeout). */
+TEST(elastic_slow_target_attached_later)
+{
+    struct ft_child c;
+    ft_fork(&c, rejoining_target, NULL);
+    flow_node *n = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_targets = 1;
+    /* As a replica's replies: one declared source, targets that join. */
+    CHECK_OK(flow_declare(n, "sj", &sc, 1, NULL, 0, &o));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "sj", 0, 10 * FT_SEC, &s));
+    flow_source_set_timeout(s, 2 * FK_NSEC_PER_MSEC);
+    char home[FAB_ADDR_MAX] = {0};
+    snprintf(home, sizeof(home), "%s", flow_node_addr(n));
+    ft_write(c.down[1], home, sizeof(home));
+    int idx;
+    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 0);
+    kill(c.pid, SIGSTOP);
+    struct ft_tuple tp = {0, 0, 0, ft_check(0, 0, 0)};
+    CHECK_ERR(flow_push_to(s, 0, &tp, sizeof(tp)), FK_ECLOSED); /* no answer in 2 ms */
+    kill(c.pid, SIGCONT);
+    int rc = FK_ECLOSED;
+    uint64_t deadline = fk_now_ns() + 5 * FT_SEC;
+    while (rc == FK_ECLOSED && fk_now_ns() < deadline) {
+        fk_sleep_ns(5 * FK_NSEC_PER_MSEC);
+        rc = flow_push_to(s, 0, &tp, sizeof(tp));
+    }
+    CHECK_OK(rc);
+    for (uint64_t i = 1; i <= JOIN_TUPLES; i++) {
+        tp = (struct ft_tuple){i, 0, i, ft_check(i, 0, i)};
+        rc = flow_push_to(s, 0, &tp, sizeof(tp));
+        /* 2 ms timeout: a full ring, or the target rejoining */
+        for (int k = 0; k < 2000 && (rc == FK_ETIMEDOUT || rc == FK_ECLOSED); k++) {
+            fk_sleep_ns(FK_NSEC_PER_MSEC);
+            rc = flow_push_to(s, 0, &tp, sizeof(tp));
+        }
+        CHECK_OK(rc);
+    }
+    CHECK_OK(flow_flush(s));
+    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx))); /* it consumed every tuple */
+    CHECK_EQ_I64(ft_reap(&c, fk_now_ns() + 10 * FT_SEC), 0);
+    CHECK_OK(flow_source_close(s));
+    flow_node_destroy(n);
+}
+
 /* ---- sequencer session change ---------------------------------------------------------------- */
 
 #define SESS_N 200
