@@ -167,7 +167,9 @@ static int ctab_load_keys(struct cons_ctab *t, struct cons_rbuf v, uint32_t n, u
         if (!q)
             return FK_EMALFORMED;
         memcpy(&h, q, sizeof h);
-        if (h.client_id == 0 || used > ops || h.len > CONS_REPLY_MAX || !cons_r_bytes(&v, h.len))
+        /* What cons_wire_get_reply accepts, checked again below by assert. */
+        if (h.client_id == 0 || h.status > 0 || used > ops || h.len > CONS_REPLY_MAX ||
+            !cons_r_bytes(&v, h.len))
             return FK_EMALFORMED;
         uint32_t s = ctab_slot(t->scratch, t->slots, h.client_id);
         if (t->scratch[s].client_id != 0)

@@ -116,9 +116,11 @@ int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index,
     const uint8_t *ct = cons_r_bytes(&b, ctl);
     uint32_t sml = cons_r_u32(&b);
     const uint8_t *sm = cons_r_bytes(&b, sml);
-    if (b.err || len > r->cp_cap || cons_ctab_load(&r->ctab, ct, ctl) < 0 ||
-        r->sm.ops->install(r->sm.impl, sm, sml) < 0) {
-        r->poisoned = 1; /* the table or state may be half replaced */
+    /* A bad table leaves it unchanged (cons_ctab_load): reject the blob. */
+    if (b.err || len > r->cp_cap || cons_ctab_load(&r->ctab, ct, ctl) < 0)
+        return FK_EMALFORMED;
+    if (r->sm.ops->install(r->sm.impl, sm, sml) < 0) {
+        r->poisoned = 1; /* the table was replaced, the state was not */
         return FK_EPOISONED;
     }
     if (blob != r->cp)

@@ -125,14 +125,16 @@ static int adopt_checkpoint(struct nop *r, const struct nop_msg *m, int keep_tai
  * else a request in any of them, up to the longest. Merging as messages
  * arrive gives the same result: the rule is associative. Slots at or below
  * this replica's commit point are committed and identical everywhere, so
- * only the rest is merged. */
-static void merge_vc(struct nop *r, const struct nop_msg *m)
+ * only the rest is merged. Returns <0 when the sender's checkpoint could
+ * not be adopted: its log was not merged, so it must not count. */
+static int merge_vc(struct nop *r, const struct nop_msg *m)
 {
     struct nop_view ln = nop__unpack(m->u3);
     int cmp = nop__view_cmp(ln, r->vc_best);
-    if (adopt_checkpoint(r, m, 1) < 0 || cmp < 0) {
+    int rc = adopt_checkpoint(r, m, 1);
+    if (rc < 0 || cmp < 0) {
         nop__check_executed(r);
-        return;
+        return rc;
     }
     uint64_t end = m->lo + m->nents - 1;
     if (cmp > 0) {
@@ -156,6 +158,7 @@ static void merge_vc(struct nop *r, const struct nop_msg *m)
         nop__touch(r, i);
     }
     nop__check_executed(r);
+    return 0;
 }
 
 void nop__on_vc(struct nop *r, const struct nop_msg *m)
@@ -171,7 +174,8 @@ void nop__on_vc(struct nop *r, const struct nop_msg *m)
     }
     if (r->vc_from >> m->from & 1)
         return;
-    merge_vc(r, m);
+    if (merge_vc(r, m) < 0)
+        return;
     r->vc_from |= 1ull << m->from;
     if ((uint32_t)__builtin_popcountll(r->vc_from) >= r->f + 1)
         finish_view_change(r);
