@@ -185,6 +185,20 @@ $(CLI_PROG): $(BUILD)/obj/client/cmd/flowkv_cli.o $(LIBS)
 all: $(CLI_PROG)
 tests: $(CLI_PROG)
 
+# `make bench-kv`: single-client put and get latency on fresh 3-replica
+# clusters of each protocol and durability, against a raw TCP round trip
+# in the same run (client/bench/bench-kv.sh, client/bench/kv_lat.c).
+BENCH_LAT := $(BUILD)/bin/flowkv-bench-lat
+$(BENCH_LAT): $(BUILD)/obj/client/bench/kv_lat.o $(LIBS)
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+tests: $(BENCH_LAT)
+.PHONY: bench-kv
+bench-kv: deps
+	@$(MAKE) --no-print-directory all $(BENCH_LAT)
+	@timeout --kill-after=30 900 client/bench/bench-kv.sh $(abspath $(BUILD))
+
 # ---- 3c. consensus simulator (issue 5) -------------------------------------
 # consensus/sim/*.c but main.c -> libfksim.a (the simulator and the
 # linearizability checker), linked into build/bin/flowkv-sim and into the
