@@ -180,17 +180,35 @@ static int ctab_load_keys(struct cons_ctab *t, struct cons_rbuf v, uint32_t n, u
     return cons_r_done(&v) < 0 ? FK_EMALFORMED : 0;
 }
 
+/* Parses the table's header into *r, *ops and *n and validates every row
+ * into t->scratch (the live table is untouched). */
+static int ctab_parse(struct cons_ctab *t, const uint8_t *buf, size_t len, struct cons_rbuf *r,
+                      uint64_t *ops, uint32_t *n)
+{
+    cons_rbuf_init(r, buf, len);
+    *ops = cons_r_u64(r);
+    *n = cons_r_u32(r);
+    if (r->err)
+        return FK_EMALFORMED;
+    if (*n > t->cap)
+        return FK_EFULL;
+    return ctab_load_keys(t, *r, *n, *ops);
+}
+
+int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len)
+{
+    struct cons_rbuf r;
+    uint64_t ops;
+    uint32_t n;
+    return ctab_parse(t, buf, len, &r, &ops, &n);
+}
+
 int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
 {
     struct cons_rbuf r;
-    cons_rbuf_init(&r, buf, len);
-    uint64_t ops = cons_r_u64(&r);
-    uint32_t n = cons_r_u32(&r);
-    if (r.err)
-        return FK_EMALFORMED;
-    if (n > t->cap)
-        return FK_EFULL;
-    int rc = ctab_load_keys(t, r, n, ops);
+    uint64_t ops;
+    uint32_t n;
+    int rc = ctab_parse(t, buf, len, &r, &ops, &n);
     if (rc < 0)
         return rc;
     struct cons_ctab_key *old = t->keys;

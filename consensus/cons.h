@@ -236,6 +236,10 @@ int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *
 /* Replaces the table; FK_EMALFORMED on bad bytes (a duplicate client, a
  * stamp above ops; the table is unchanged), FK_EFULL over capacity. */
 int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len);
+/* Whether cons_ctab_load would accept buf: 0 or its error, and the table
+ * is unchanged either way (it uses only t's scratch space). Lets a core
+ * validate a whole snapshot before it replaces anything. */
+int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len);
 
 /* Applies op exactly once through the client table: a duplicate returns the
  * cached reply (1), an old request returns 2 and no reply, a new one is

@@ -240,13 +240,23 @@ int mpx__install(struct mpx *r, const uint8_t *blob, size_t len, uint64_t *index
         return FK_EMALFORMED;
     if (*index <= r->applied)
         return 0; /* nothing new */
-    int rc = cons_ctab_load(&r->ctab, ct, ctl);
+    /* Validate the table, then let the state machine (unchanged on bad
+     * bytes: FK_EMALFORMED) install, then load the table, which cannot
+     * fail now: a bad snapshot is refused whole instead of poisoning the
+     * replica. Any other install error (storage) may have replaced part of
+     * the state: the replica stops. */
+    int rc = cons_ctab_check(&r->ctab, ct, ctl);
     if (rc < 0)
         return rc;
-    if (r->sm.ops->install(r->sm.impl, sm, sml) < 0) {
+    rc = r->sm.ops->install(r->sm.impl, sm, sml);
+    if (rc == FK_EMALFORMED)
+        return rc;
+    if (rc < 0) {
         r->poisoned = 1;
         return FK_EPOISONED;
     }
+    rc = cons_ctab_load(&r->ctab, ct, ctl);
+    assert(rc == 0);
     drop_prefix(r, *index);
     r->snap_index = r->applied = *index;
     if (r->commit < *index)

@@ -116,13 +116,23 @@ int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index,
     const uint8_t *ct = cons_r_bytes(&b, ctl);
     uint32_t sml = cons_r_u32(&b);
     const uint8_t *sm = cons_r_bytes(&b, sml);
-    /* A bad table leaves it unchanged (cons_ctab_load): reject the blob. */
-    if (b.err || len > r->cp_cap || cons_ctab_load(&r->ctab, ct, ctl) < 0)
+    /* Nothing is replaced unless everything is good: the table is checked
+     * first, the state machine leaves itself unchanged on bad bytes
+     * (FK_EMALFORMED), and only then does the table (which cannot fail any
+     * more) load. Any other install error (storage) may have replaced part
+     * of the state: the replica stops. */
+    if (b.err || len > r->cp_cap || cons_ctab_check(&r->ctab, ct, ctl) < 0)
         return FK_EMALFORMED;
-    if (r->sm.ops->install(r->sm.impl, sm, sml) < 0) {
-        r->poisoned = 1; /* the table was replaced, the state was not */
+    int rc = r->sm.ops->install(r->sm.impl, sm, sml);
+    if (rc == FK_EMALFORMED)
+        return rc;
+    if (rc < 0) {
+        r->poisoned = 1;
         return FK_EPOISONED;
     }
+    rc = cons_ctab_load(&r->ctab, ct, ctl);
+    assert(rc == 0);
+    (void)rc;
     if (blob != r->cp)
         memcpy(r->cp, blob, len);
     r->cp_len = len;

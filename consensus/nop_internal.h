@@ -212,9 +212,10 @@ void nop__oum_clear(struct nop *r);
 /* Replaces the state with a checkpoint blob at `index` (framing validated
  * by the decoder): snap = executed = index, commit >= index. With
  * keep_tail the log after index stays when it fits the ring, else the log
- * ends at index. 0; FK_EMALFORMED when the blob is over the capacity or
- * its client table is malformed (nothing changed); FK_EPOISONED when the
- * state machine refused its snapshot after the table was replaced. */
+ * ends at index. 0; FK_EMALFORMED when the blob is over the capacity, its
+ * client table or its state machine snapshot is malformed (nothing
+ * changed); FK_EPOISONED when the state machine failed otherwise (a
+ * storage error: part of the state may be replaced). */
 int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index, int keep_tail);
 /* Whether the ring has room for slot `slot`. */
 int nop__fits(const struct nop *r, uint64_t slot);

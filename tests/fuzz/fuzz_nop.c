@@ -351,7 +351,12 @@ static int poison_expected(const struct cons_input *in)
     uint32_t sml = cons_r_u32(&b);
     const uint8_t *sm = cons_r_bytes(&b, sml);
     struct cons_sm ops = kv_mem_sm(scratch_kv);
-    return cons_ctab_load(&scratch_ctab, ct, ctl) == 0 && ops.ops->install(ops.impl, sm, sml) < 0;
+    /* A malformed snapshot is refused whole (FK_EMALFORMED); only another
+     * state machine failure may poison (part of the state replaced). */
+    if (cons_ctab_load(&scratch_ctab, ct, ctl) != 0)
+        return 0;
+    int rc = ops.ops->install(ops.impl, sm, sml);
+    return rc < 0 && rc != FK_EMALFORMED;
 }
 
 /* Feeds one input: its result must be `want`, or FK_EMALFORMED as well

@@ -255,8 +255,16 @@ TEST(load_rejects_bad_snapshots_and_keeps_the_table)
     uint64_t future = 4;
     memcpy(bad + first, &future, 8); /* a stamp above ops */
     CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
+    CHECK_ERR(cons_ctab_check(&u, bad, len), FK_EMALFORMED);
+    int32_t positive = 1;
+    memcpy(bad, buf, len);
+    memcpy(bad + first + 8 + 16, &positive, 4); /* a reply status > 0 */
+    CHECK_ERR(cons_ctab_check(&u, bad, len), FK_EMALFORMED);
+    CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
     for (size_t cut = 0; cut < len; cut++)
-        CHECK(cons_ctab_load(&u, buf, cut) < 0);
+        CHECK(cons_ctab_load(&u, buf, cut) < 0 && cons_ctab_check(&u, buf, cut) < 0);
+    /* A good table checks, and checking changes nothing. */
+    CHECK_OK(cons_ctab_check(&u, buf, len));
     CHECK_EQ_U64(u.used, 1); /* untouched by every failure */
     CHECK(cons_ctab_find(&u, 9) != NULL && cons_ctab_find(&u, 1) == NULL);
     struct cons_ctab small;
