@@ -59,7 +59,8 @@ if [ ! -f "$conf" ]; then
         echo "protocol   = $proto"
         echo "durability = sync"
         echo "token      = $token"
-        echo "sequencers = 0"
+        # Every replica may take over the NOPaxos sequencer, in this order.
+        echo "sequencers = $(seq -s ', ' 0 $((replicas - 1)))"
         for ((i = 0; i < replicas; i++)); do
             echo
             echo "[node $i]"
