@@ -285,8 +285,13 @@ int flow_source_close(flow_source *s);
 /* Hosts the sequencer of flow name on node with the given session (start at
  * 1; a replacement after failure uses a larger one), and tells the flow's
  * nodes where it is. Sources move to it when the old one is unreachable;
- * targets report FK_ESESSION. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (not
- * ordered), FK_ENOMEM. Any thread; lives until the node is destroyed. */
+ * targets report FK_ESESSION. Starting it again on the same node with the
+ * same session keeps its counter and only tells the nodes again; another
+ * session replaces the counter. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (not
+ * ordered), FK_ENOMEM, FK_EUNREACHABLE or another call error (a node of the
+ * flow did not hear of it: the sequencer runs, nodes that answered know it,
+ * the others learn it when they ask). Any thread; lives until the node is
+ * destroyed. */
 int flow_sequencer_start(flow_node *node, const char *name, uint32_t session);
 
 /* Where the sequencer of ordered flow name runs and its session, as this

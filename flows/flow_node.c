@@ -590,22 +590,37 @@ int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
         free(words);
         return rc;
     }
+    /* A node hosts one sequencer per flow: starting it again (a caller
+     * retrying after a publish that did not reach every node) reuses the
+     * slot; a new session replaces the counter, whose numbering restarts. */
     pthread_mutex_lock(&n->lock);
-    int slot = -1;
-    for (int i = 0; i < SEQ_MAX && slot < 0; i++)
-        if (n->seqs[i].mr == NULL)
+    int slot = -1, reused = 0;
+    struct flow__seq old = {0};
+    for (int i = 0; i < SEQ_MAX && !reused; i++) {
+        if (n->seqs[i].mr != NULL && strcmp(n->seqs[i].name, name) == 0) {
             slot = i;
-    if (slot >= 0)
-        n->seqs[slot] = (struct flow__seq){.session = session, .words = words, .mr = mr};
-    if (slot >= 0)
-        snprintf(n->seqs[slot].name, FLOW_NAME_MAX, "%s", name);
-    pthread_mutex_unlock(&n->lock);
-    if (slot < 0) {
-        fab_mr_dereg(mr);
-        free(words);
-        return FK_ENOMEM;
+            reused = 1;
+        } else if (n->seqs[i].mr == NULL && slot < 0) {
+            slot = i;
+        }
     }
-    flow__mem_charge(n, 64);
+    if (reused && n->seqs[slot].session == session) {
+        old = (struct flow__seq){.words = words, .mr = mr}; /* keep the running counter */
+    } else if (slot >= 0) {
+        if (reused)
+            old = n->seqs[slot];
+        n->seqs[slot] = (struct flow__seq){.session = session, .words = words, .mr = mr};
+        snprintf(n->seqs[slot].name, FLOW_NAME_MAX, "%s", name);
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (slot < 0 || old.mr != NULL) {
+        fab_mr_dereg(slot < 0 ? mr : old.mr);
+        free(slot < 0 ? words : old.words);
+    }
+    if (slot < 0)
+        return FK_ENOMEM;
+    if (!reused)
+        flow__mem_charge(n, 64);
     snprintf(d.opts.sequencer, FAB_ADDR_MAX, "%s", flow_node_addr(n));
     d.seq_session = session;
     d.version++;

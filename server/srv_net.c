@@ -169,12 +169,19 @@ static void connect_oum(struct srv_net *net)
         strcmp(at, c->nodes[net->id].address) == 0) {
         uint32_t session = known >= net->seq_session ? known % 65535 + 1 : net->seq_session;
         rc = flow_sequencer_start(net->node, FKC_FLOW_OUM, session);
-        if (rc < 0) {
+        /* A replica that did not answer yet learns where the sequencer is
+         * when it asks (flow.h): only a sequencer that did not start here
+         * is a failure; starting it again would open a new session. */
+        uint32_t now_session = 0;
+        if (flow_sequencer_info(net->node, FKC_FLOW_OUM, at, sizeof(at), &now_session) < 0 ||
+            strcmp(at, c->nodes[net->id].address) != 0 || now_session != session) {
             fk_warn("net", "cannot start the sequencer: %s", fk_strerror(rc));
             return;
         }
         net->session = session;
-        fk_info("net", "sequencer started, session %u", session);
+        fk_info("net", "sequencer started, session %u%s%s", session,
+                rc < 0 ? "; not every replica heard of it yet: " : "",
+                rc < 0 ? fk_strerror(rc) : "");
     }
     flow_target *t;
     rc = flow_target_open(net->node, FKC_FLOW_OUM, (int)net->id, &t);
@@ -186,6 +193,12 @@ static void connect_oum(struct srv_net *net)
     __atomic_store_n(&net->oum_ready, t, __ATOMIC_RELEASE);
     fk_info("net", "joined the ordered multicast (kv.oum)");
 }
+
+/* A probe is a connection with the token handshake (three round trips):
+ * on a loaded machine that can take tens of milliseconds, and a false
+ * failover costs a session change and a view change. A dead process is
+ * found at once anyway (the connection is refused). */
+#define SEQ_PROBE_TIMEOUT_NS (100ULL * 1000000ULL)
 
 /* Whether this node should host the sequencer now that the one at `dead`
  * does not answer: it is the first node of the sequencers list, after the
@@ -200,7 +213,7 @@ static int first_live_candidate(struct srv_net *net, const char *dead)
             continue;
         if (id == net->id)
             return 1;
-        if (flow_node_probe(net->node, addr, SRV_NET_OPEN_NS) == 0)
+        if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
             return 0; /* an earlier candidate lives: it takes over */
     }
     return 0;
@@ -225,7 +238,7 @@ static void check_sequencer(struct srv_net *net)
         strcmp(addr, self) == 0)
         return;
     net->probe_at = now + SEQ_PROBE_NS;
-    if (flow_node_probe(net->node, addr, SRV_NET_OPEN_NS) == 0) {
+    if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0) {
         net->seq_misses = 0;
         return;
     }

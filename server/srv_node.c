@@ -385,8 +385,11 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
                                .seed = seed};
         n->mpx = mpx_create(&c, sm, &rc);
     } else {
+        /* `sync` durability is NOPaxos' durable mode (nop.h): replies wait
+         * for the disk, and a group restarted all at once serves again. */
         struct nop_config c = {.n = n->n,
                                .id = n->id,
+                               .durable = n->o.cluster.durability == FK_DURABLE_SYNC,
                                .log_cap = SRV_NOP_LOG,
                                .clients_max = SRV_CLIENTS_MAX,
                                .snapshot_max = SRV_SNAPSHOT_MAX,
