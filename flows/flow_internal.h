@@ -41,6 +41,10 @@
 #define FLOW__SEGS_MAX          4096
 #define FLOW__SEG_BYTES_MAX     (1u << 20)
 #define FLOW__CALL_TIMEOUT_NS   (5ULL * 1000000000ULL)
+/* Longest a closing joined target waits for its home to free its index:
+ * closing promises not to wait for an unresponsive node (the home frees
+ * the index anyway when a source finds the target gone). */
+#define FLOW__LEAVE_TIMEOUT_NS (300ULL * 1000000ULL)
 /* After a failed attach to a joined target, the next try waits this long. */
 #define FLOW__REATTACH_NS    (20ULL * 1000000ULL)
 #define FLOW__DEFAULT_GAP_NS (50ULL * 1000000ULL)
@@ -224,7 +228,11 @@ void flow__unhost_target(flow_node *n, flow_target *t);
 /* Pushes desc to the nodes that host it (targets and home). */
 int flow__publish(flow_node *n, const struct flow__desc *d);
 int flow__store_desc(flow_node *n, const struct flow__desc *d);
+/* One control message to the node at addr (a fresh connection), answered
+ * within FLOW__CALL_TIMEOUT_NS, or within timeout_ns for _within. */
 int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap);
+int flow__call_within(flow_node *n, const char *addr, const void *req, size_t len, void *resp,
+                      size_t cap, uint64_t timeout_ns);
 
 /* ---- flow_target.c ---- */
 int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach_req *req,

@@ -14,6 +14,7 @@
 
 #include "fk_error.h"
 #include "fk_log.h"
+#include "fk_time.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -149,6 +150,12 @@ static int on_call(void *data, uint64_t peer, const void *req, size_t len, void 
 
 int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void *resp, size_t cap)
 {
+    return flow__call_within(n, addr, req, len, resp, cap, FLOW__CALL_TIMEOUT_NS);
+}
+
+int flow__call_within(flow_node *n, const char *addr, const void *req, size_t len, void *resp,
+                      size_t cap, uint64_t timeout_ns)
+{
     /* A node asking itself (a service that is the home of its own flows)
      * answers directly: a connection to itself would cost a round trip
      * through its own progress thread. The handlers do not use the peer
@@ -161,10 +168,12 @@ int flow__call(flow_node *n, const char *addr, const void *req, size_t len, void
         return rc > 0 && (size_t)rc > cap ? (int)cap : rc;
     }
     fab_conn *c;
-    int rc = fab_connect(n->fab, addr, FLOW__CALL_TIMEOUT_NS, &c);
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    int rc = fab_connect(n->fab, addr, timeout_ns, &c);
     if (rc < 0)
         return rc;
-    rc = fab_call(c, req, len, resp, cap, FLOW__CALL_TIMEOUT_NS);
+    uint64_t now = fk_now_ns();
+    rc = fab_call(c, req, len, resp, cap, deadline > now ? deadline - now : FK_NSEC_PER_MSEC);
     fab_conn_close(c);
     return rc;
 }

@@ -407,6 +407,16 @@ static int ensure_target(flow_source *s, int k)
         (s->t[k].state == 2 && strcmp(d.targets[k], s->desc.targets[k]) == 0 &&
          d.version == s->desc.version))
         return FK_ECLOSED;
+    /* Other indices may have new members too: what this source holds
+     * there belonged to the old ones. Drop it quietly (no LEAVE: that
+     * would name the new member's address and evict it) and attach again
+     * when pushed to. */
+    for (uint32_t j = s->desc.ntargets_declared; j < d.ntargets && j < FLOW_TARGETS_MAX; j++) {
+        if ((int)j == k || strcmp(d.targets[j], s->desc.targets[j]) == 0)
+            continue;
+        detach_one(s, (int)j);
+        s->t[j].state = 0;
+    }
     s->desc.ntargets = d.ntargets;
     s->desc.version = d.version;
     memcpy(s->desc.targets, d.targets, sizeof(d.targets));

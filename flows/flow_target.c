@@ -452,7 +452,8 @@ void flow_target_close(flow_target *t)
         struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)t->index};
         struct flow__desc d;
         snprintf(h.name, sizeof(h.name), "%s", t->desc.name);
-        if (flow__call(t->node, t->desc.home, &h, sizeof(h), &d, sizeof(d)) == (int)sizeof(d))
+        if (flow__call_within(t->node, t->desc.home, &h, sizeof(h), &d, sizeof(d),
+                              FLOW__LEAVE_TIMEOUT_NS) == (int)sizeof(d))
             flow__store_desc(t->node, &d);
     }
     target_destroy(t);
