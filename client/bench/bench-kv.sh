@@ -30,7 +30,7 @@ trap 'stop_all; rm -rf "$WORK"' EXIT
 
 # one PROTO DURABILITY: prints flowkv-bench-lat's table and keeps its last line.
 one() {
-    local d=$WORK/$1-$2 base=$((20000 + RANDOM % 20000))
+    local d=$WORK/$1-$2 base=$((20000 + RANDOM % 12000))
     mkdir -p "$d"
     {
         printf '[cluster]\nprotocol = %s\ndurability = %s\ntoken = bench-kv-token-0123456\n' "$1" "$2"

@@ -173,6 +173,6 @@ run_protocol() {
         t_fail "$proto: LMDB after SIGTERM" "mdb_stat failed"
 }
 
-run_protocol multipaxos $((20000 + RANDOM % 20000))
-run_protocol nopaxos $((20000 + RANDOM % 20000))
+run_protocol multipaxos $((20000 + RANDOM % 12000))
+run_protocol nopaxos $((20000 + RANDOM % 12000))
 t_done

@@ -23,7 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-base=$((20000 + RANDOM % 20000))
+base=$((20000 + RANDOM % 12000))
 {
     echo "[cluster]"
     echo "protocol = nopaxos"

@@ -70,7 +70,7 @@ else
     t_done
 fi
 
-base=$((20000 + RANDOM % 20000))
+base=$((20000 + RANDOM % 12000))
 {
     echo "[cluster]"
     echo "protocol = multipaxos"
