@@ -303,6 +303,20 @@ vm-shell: deps
 bench-rdma-baseline: deps
 	@tests/rdma-vm/vm.sh run -t 300 tests/rdma-vm/bench-baseline.sh
 
+# ---- fault-injection suite (tests/faults) ---------------------------------
+# tests/faults/test_faults.sh runs each fault scenario (leader crash,
+# follower restart, partition, packet loss, sequencer failover,
+# whole-cluster restart) for both protocols on 3 replicas in network
+# namespaces (root, ip netns, nft), under kv_history's recorded workload,
+# every history through the linearizability checker. `make test-faults`
+# runs it; FX_ONLY=REGEX picks scenarios. It is not yet part of `make
+# test`: some scenarios still fail on flowkv bugs it found (README, Status).
+.PHONY: test-faults
+test-faults: deps
+	@$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t 900 \
+	    tests/faults/test_faults.sh
+
 # ---- flows benchmark (flows/bench) ----------------------------------------
 # `make bench-flows` builds build/bin/flows-bench and runs it: flows over the
 # tcp fabric against raw TCP measured in the same run, between two processes

@@ -16,7 +16,7 @@ libxxhash-dev liblmdb-dev libinih-dev libsodium-dev libcurl4-openssl-dev"
 # lint and fuzz tooling, etcd (the YCSB etcd binding's peer and etcdctl),
 # gnuplot (make bench's p95-against-throughput plot).
 TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2
-etcd-server etcd-client gnuplot-nox"
+etcd-server etcd-client gnuplot-nox nftables"
 # Soft-RoCE VM tier (tests/rdma-vm): qemu boots Debian's kernel (fetched with
 # apt-get download) with a busybox initramfs; the guest runs the host's
 # rdma-core, iproute2 (rdma, ip netns) and perftest over 9p.

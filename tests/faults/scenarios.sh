@@ -1,0 +1,336 @@
+# tests/faults/scenarios.sh: the fault-injection scenarios, sourced by
+# tests/integration/test_faults.sh after tests/lib.sh and netns.sh.
+#
+# Each scenario runs on a fresh 3-replica cluster (sync durability) in its
+# own namespaces (netns.sh), under a client workload in the client
+# namespace that records its history, injects one fault a little after the
+# workload starts, and reports one t_ok / t_fail line with the operations
+# completed, the unavailability window (fault to the first write completed
+# after it) and the violations found (a non-linearizable history, or an
+# acknowledged write lost). A scenario that cannot run (namespaces, cluster
+# start, client) fails; nothing is skipped.
+#
+#   fx_run PROTO SCENARIO   one scenario; SCENARIO is one of FX_SCENARIOS
+#   fx_table                prints the results as "# " lines
+#
+# The workload client is $KVH, build/tests-aux/kv_history (tests/cluster/
+# kv_history.c): N threads of random get/put/cas/del, a history file and a
+# linearizability check. The whole-cluster restart adds a kv_check writer
+# ($KV) whose acknowledged writes are all read back after the restart.
+#
+# Knobs (environment): FX_SECONDS workload length (default 8), FX_CLIENTS
+# (4), FX_KEYS (8), FX_FAULT_AT seconds into the workload (2), FX_PART_S
+# partition length (3), FX_DOWN_S follower downtime (2), FX_LOSS percent (5),
+# FX_TIMEOUT_MS client timeout per operation (1000; under loss
+# FX_LOSS_TIMEOUT_MS, 3000), FX_SIDE_WRITES the kv_check writer's count
+# (1500), FX_KEEP where failed scenarios leave their logs (FX_KEEP_ALL=1:
+# every scenario).
+
+# shellcheck disable=SC2034 # read by test_faults.sh
+FX_SCENARIOS="leader-crash follower-restart leader-partition loss sequencer-failover cluster-restart"
+FX_SECONDS=${FX_SECONDS:-8}
+FX_CLIENTS=${FX_CLIENTS:-4}
+FX_KEYS=${FX_KEYS:-8}
+FX_FAULT_AT=${FX_FAULT_AT:-2}
+FX_PART_S=${FX_PART_S:-3}
+FX_DOWN_S=${FX_DOWN_S:-2}
+FX_LOSS=${FX_LOSS:-5}
+FX_TIMEOUT_MS=${FX_TIMEOUT_MS:-1000}
+# Under loss a lost SYN alone costs 1 s (TCP's first retransmission), so
+# the clients there get a longer per-operation timeout.
+FX_LOSS_TIMEOUT_MS=${FX_LOSS_TIMEOUT_MS:-3000}
+FX_SIDE_WRITES=${FX_SIDE_WRITES:-1500}
+FX_ROWS=()
+
+# fx__label PROTO SCENARIO: the name the report uses.
+fx__label() {
+    case $2 in
+    leader-crash) echo "leader crash (kill -9)" ;;
+    follower-restart) echo "follower crash, restart from disk" ;;
+    leader-partition) echo "leader partitioned into a minority, healed" ;;
+    loss) echo "${FX_LOSS}% packet loss on every host" ;;
+    sequencer-failover)
+        if [ "$1" = nopaxos ]; then echo "sequencer failover (kill -9 replica 0, the sequencer)"; else
+            echo "replica 0 kill -9 (sequencer-failover slot; Multi-Paxos has no sequencer)"
+        fi
+        ;;
+    cluster-restart) echo "whole-cluster kill -9 and restart from disk" ;;
+    esac
+}
+
+# ---- workload --------------------------------------------------------------
+
+# fx__workload_start DIR TIMEOUT_MS: the client in the background; FX_WL =
+# its PID. timeout is a safety net: kv_history bounds its own run.
+fx__workload_start() {
+    local d=$1
+    ip netns exec "$NSC_CL" timeout -k 5 $((FX_SECONDS + 30)) "$KVH" "$NSC_CONF" run "$d/history" \
+        --clients "$FX_CLIENTS" --keys "$FX_KEYS" --seconds "$FX_SECONDS" --timeout-ms "$2" \
+        --ok-after-file "$d/fault_at" >"$d/workload.out" 2>&1 &
+    FX_WL=$!
+}
+
+# fx__stamp DIR: marks the moment of the fault on the clients' clock
+# (CLOCK_MONOTONIC ns). Taken once the fault is in place (the process
+# reaped, the rule loaded), so that a write invoked just before cannot count
+# as served after it.
+fx__stamp() { "$KVH" now >"$1/fault_at"; }
+
+# fx__workload_wait DIR: waits for the client; sets FX_OPS, FX_INDET,
+# FX_UNAVAIL and FX_WHY (non-empty when the client itself failed).
+fx__workload_wait() {
+    local d=$1 rc line
+    wait "$FX_WL"
+    rc=$?
+    FX_WL=""
+    FX_WHY=""
+    line=$(grep -m1 '^history:' "$d/workload.out")
+    FX_OPS=$(sed -n 's/.* ops=\([0-9]*\).*/\1/p' <<<"$line")
+    FX_INDET=$(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$line")
+    FX_UNAVAIL=$(sed -n 's/.*unavailable_ms=\([^ ]*\).*/\1/p' <<<"$line")
+    [ $rc -eq 0 ] && [ -n "$line" ] ||
+        FX_WHY="client exited $rc: $(tail -n 2 "$d/workload.out" | tr '\n' ' ')"
+    : "${FX_OPS:=0}"
+}
+
+# fx__violations DIR: sets FX_VIOL (a count, or "?") and FX_VWHY.
+fx__violations() {
+    local d=$1 rc out
+    FX_VWHY=""
+    out=$(timeout -k 5 120 "$KVH" check "$d/history" 2>&1)
+    rc=$?
+    echo "$out" >"$d/check.out"
+    case $rc in
+    0) FX_VIOL=0 ;;
+    1)
+        FX_VIOL=1
+        FX_VWHY="not linearizable: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
+        ;;
+    3)
+        FX_VIOL="?"
+        FX_VWHY="linearizability check inconclusive: $(tail -n 1 <<<"$out")"
+        ;;
+    *)
+        FX_VIOL="?"
+        FX_VWHY="check exited $rc: $(tail -n 1 <<<"$out")"
+        ;;
+    esac
+}
+
+# fx__verify_acks DIR PREFIX ACKS: every acknowledged write is readable;
+# adds the missing ones to FX_VIOL.
+fx__verify_acks() {
+    local out m t0=$SECONDS i
+    # A client that cannot open is retried for 10 s, then the replicas are
+    # killed and restarted from disk once more (a second crash the writes
+    # must survive as well): whether the writes survived is the question
+    # here; the open failure is reported beside it.
+    while :; do
+        out=$(ip netns exec "$NSC_CL" timeout -k 5 60 "$KV" "$NSC_CONF" verify "$2" "$3" 2>&1)
+        echo "$out" >>"$1/verify.out"
+        grep -q '^kv_check: open:' <<<"$out" || break
+        if [ $((SECONDS - t0)) -ge 10 ]; then
+            [ -z "${FX_REDONE:-}" ] || break
+            FX_REDONE=1
+            FX_NOTE="$FX_NOTE; no new client could open for 10 s after the workload, so the replicas were restarted again to read the writes back"
+            FX_VWHY="a new client could not open for 10 s after the workload"
+            for i in 0 1 2; do nsc_kill "$i"; done
+            for i in 0 1 2; do nsc_start "$i"; done
+            nsc_wait_serving 20
+        fi
+        sleep 0.5
+    done
+    m=$(sed -n 's/.* checked, \([0-9]*\) missing or wrong$/\1/p' <<<"$out" | tail -n 1)
+    if [ -z "$m" ]; then
+        FX_VIOL="?"
+        FX_VWHY="${FX_VWHY:+$FX_VWHY; }verify gave no count: $(tail -n 1 <<<"$out")"
+    elif [ "$m" -gt 0 ]; then
+        [ "${FX_VIOL:-0}" = "?" ] || FX_VIOL=$((${FX_VIOL:-0} + m))
+        FX_VWHY="${FX_VWHY:+$FX_VWHY; }$m acknowledged writes lost: $(grep -m2 acknowledged "$1/verify.out" | tr '\n' ' ')"
+    else
+        : "${FX_VIOL:=0}"
+    fi
+    FX_NOTE="$FX_NOTE; read back: $(tail -n 1 <<<"$out")"
+}
+
+# ---- faults ----------------------------------------------------------------
+
+# fx__caught_up I: replica I's commit point reaches the leader's (15 s).
+fx__caught_up() {
+    local end=$((SECONDS + 15)) st l c lc
+    while [ $SECONDS -lt $end ]; do
+        nsc_cli -t 1000 put probe z >/dev/null 2>&1
+        st=$(nsc_cli -t 1000 status 2>/dev/null)
+        l=$(awk '$2 == "leader" { print $1; exit }' <<<"$st")
+        c=$(awk -v id="$1" '$1 == id && $2 != "unreachable" { print $7 }' <<<"$st")
+        lc=$(awk -v id="$l" '$1 == id { print $7 }' <<<"$st")
+        [ -n "$l" ] && [ -n "$c" ] && [ "$c" = "$lc" ] && return 0
+        sleep 0.3
+    done
+    FX_WHY="replica $1 did not catch up within 15 s; status: $(awk -v id="$1" -v l="$l" \
+        '$1 == id || $1 == l { $1 = $1; printf "[%s] ", $0 }' <<<"$st")"
+    return 1
+}
+
+# fx__inject PROTO SCENARIO DIR: the fault, while the workload runs; sets
+# FX_NOTE (what was done) and FX_WHY on a fault that could not be made. The
+# leader is asked again at the fault (the one found at the start otherwise).
+fx__inject() {
+    local sc=$2 d=$3 l f i
+    case $sc in
+    leader-crash)
+        l=$(nsc_leader)
+        l=${l:-$FX_LEADER}
+        nsc_kill "$l"
+        fx__stamp "$d"
+        FX_NOTE="killed leader $l"
+        ;;
+    follower-restart)
+        l=$(nsc_leader)
+        f=$(((${l:-$FX_LEADER} + 1) % 3))
+        nsc_kill "$f"
+        fx__stamp "$d"
+        sleep "$FX_DOWN_S"
+        nsc_start "$f"
+        FX_NOTE="follower $f down ${FX_DOWN_S}s"
+        FX_AFTER="fx__caught_up $f"
+        ;;
+    leader-partition)
+        l=$(nsc_leader)
+        l=${l:-$FX_LEADER}
+        nsc_partition "$l" || FX_WHY="nft could not partition host $l"
+        fx__stamp "$d"
+        sleep "$FX_PART_S"
+        nsc_heal
+        FX_NOTE="leader $l cut off ${FX_PART_S}s"
+        FX_AFTER="fx__caught_up $l"
+        ;;
+    loss)
+        # The loss was set before the workload started (fx_run) and the
+        # stamp taken then; it stays for the whole workload.
+        FX_NOTE="loss on for the whole workload"
+        ;;
+    sequencer-failover)
+        nsc_seq_fail
+        fx__stamp "$d"
+        FX_NOTE="killed replica $NSC_SEQ"
+        ;;
+    cluster-restart)
+        for i in 0 1 2; do nsc_kill "$i"; done
+        fx__stamp "$d"
+        for i in 0 1 2; do nsc_start "$i"; done
+        FX_NOTE="all 3 killed and restarted"
+        ;;
+    esac
+}
+
+# ---- one scenario ----------------------------------------------------------
+
+fx__result() { # fx__result PROTO SCENARIO OK WHY
+    local label row
+    label="$1: $(fx__label "$1" "$2")"
+    row="$(printf '%-18s %-10s %6s %6s %10s %5s' "$2" "$1" "$FX_OPS" "$FX_INDET" \
+        "${FX_UNAVAIL:-none}" "$FX_VIOL")"
+    local what="ops=$FX_OPS indeterminate=$FX_INDET unavailable_ms=${FX_UNAVAIL:-none} violations=$FX_VIOL ($FX_NOTE)"
+    if [ "$3" = 1 ]; then
+        t_ok "$label: $what"
+        FX_ROWS+=("$row  ok")
+    else
+        t_fail "$label" "$4; $what"
+        FX_ROWS+=("$row  FAIL")
+    fi
+}
+
+# fx__why TEXT: adds TEXT (if any) to the scenario's failure reasons.
+fx__why() { [ -z "$1" ] || why="${why:+$why; }$1"; }
+
+fx_run() {
+    local proto=$1 sc=$2 d=$FX_WORK/$1-$2 i why=""
+    FX_OPS=0 FX_INDET="-" FX_UNAVAIL="" FX_VIOL="?" FX_NOTE="not run" FX_WHY="" FX_VWHY=""
+    FX_AFTER="" FX_WL="" FX_REDONE=""
+    if ! nsc_up "$FX_RUNID" 3; then
+        fx__result "$proto" "$sc" 0 "the namespaces could not be made"
+        return
+    fi
+    nsc_conf "$d" "$proto"
+    for i in 0 1 2; do nsc_start "$i" --new-cluster; done
+    if ! nsc_wait_serving 20; then
+        fx__result "$proto" "$sc" 0 "the cluster did not serve within 20 s: $(tail -n 2 "$d/log0" | tr '\n' ' ')"
+        fx__teardown "$d" 0
+        return
+    fi
+    FX_LEADER=$(nsc_wait_leader 10)
+    if [ -z "$FX_LEADER" ]; then
+        fx__result "$proto" "$sc" 0 "flowkv status named no leader within 10 s: $(nsc_cli -t 1000 status 2>&1 | tr -s ' \n' ' ')"
+        fx__teardown "$d" 0
+        return
+    fi
+    # The workload and the kv_check side writer (cluster-restart only: the
+    # acknowledged writes that must survive kill -9 of every replica).
+    local side=""
+    if [ "$sc" = loss ]; then
+        nsc_loss "$FX_LOSS" || fx__why "nft could not set ${FX_LOSS}% loss"
+        fx__stamp "$d"
+    fi
+    fx__workload_start "$d" "$([ "$sc" = loss ] && echo "$FX_LOSS_TIMEOUT_MS" || echo "$FX_TIMEOUT_MS")"
+    if [ "$sc" = cluster-restart ]; then
+        # A fixed count (about 1 s of writes before the fault and a few
+        # after), so that it ends by itself and closes its handle: a client
+        # killed mid-run is a fault of its own, not this scenario's.
+        : >"$d/side-acks"
+        ip netns exec "$NSC_CL" timeout -k 5 $((FX_SECONDS + 20)) "$KV" "$NSC_CONF" write side \
+            "$FX_SIDE_WRITES" "$d/side-acks" >"$d/side.out" 2>&1 &
+        side=$!
+    fi
+    sleep "$FX_FAULT_AT"
+    fx__inject "$proto" "$sc" "$d"
+    fx__why "$FX_WHY"
+    fx__workload_wait "$d"
+    fx__why "$FX_WHY"
+    if [ -n "$side" ]; then
+        wait "$side"
+        i=$?
+        FX_NOTE="$FX_NOTE; kv_check writer: $(wc -l <"$d/side-acks") writes acknowledged, exit $i"
+        case $i in 124 | 137) fx__why "the kv_check writer did not end within $((FX_SECONDS + 20)) s" ;; esac
+    fi
+    nsc_loss 0
+    nsc_heal
+    # A replica this scenario left running must still run; a restarted or
+    # healed one must catch up.
+    local dead=""
+    for i in "${!NSC_PID[@]}"; do
+        nsc_alive "$i" || dead="${dead}replica $i exited: $(grep -v ' I ' "$d/log$i" | tail -n 1); "
+    done
+    fx__why "${dead%; }"
+    if [ -z "$dead" ] && [ -n "$FX_AFTER" ] && ! $FX_AFTER; then
+        fx__why "$FX_WHY"
+    fi
+    FX_VIOL=""
+    fx__violations "$d"
+    [ -z "$side" ] || fx__verify_acks "$d" side "$d/side-acks"
+    [[ "$FX_UNAVAIL" =~ ^[0-9]+$ ]] || fx__why "no write completed after the fault"
+    [ "$FX_OPS" -gt 0 ] || fx__why "no operation completed"
+    fx__why "$FX_VWHY"
+    if [ -z "$why" ]; then fx__result "$proto" "$sc" 1 ""; else fx__result "$proto" "$sc" 0 "$why"; fi
+    fx__teardown "$d" "$([ -z "$why" ] && echo 1 || echo 0)"
+}
+
+# fx__teardown DIR PASSED: stops everything; a failed scenario's logs and
+# client output are kept in $FX_KEEP.
+fx__teardown() {
+    local d=$1
+    [ -z "${FX_WL:-}" ] || { kill -KILL "$FX_WL" 2>/dev/null; wait "$FX_WL" 2>/dev/null; }
+    nsc_down
+    if { [ "$2" != 1 ] || [ -n "${FX_KEEP_ALL:-}" ]; } && [ -n "${FX_KEEP:-}" ] && [ -d "$d" ]; then
+        mkdir -p "$FX_KEEP/$(basename "$d")"
+        cp "$d"/log* "$d"/*.out "$d/cluster.conf" "$FX_KEEP/$(basename "$d")/" 2>/dev/null
+        [ -f "$d/history" ] && cp "$d/history" "$FX_KEEP/$(basename "$d")/" 2>/dev/null
+    fi
+    rm -rf "$d"
+}
+
+fx_table() {
+    local r
+    echo "# $(printf '%-18s %-10s %6s %6s %10s %5s' scenario protocol ops indet unavail_ms viol)  result"
+    for r in "${FX_ROWS[@]}"; do echo "# $r"; done
+}
