@@ -315,7 +315,7 @@ static int open_own(struct srv_net *net)
     if (net->peer_rx == NULL || net->req_rx == NULL)
         return FK_ENOMEM;
     flow_name(name, sizeof(name), FKC_FLOW_REPLY, net->id);
-    rc = flow_source_open(net->node, name, 0, SRV_NET_OPEN_NS, &net->reply_s);
+    rc = flow_source_open(net->node, name, 0, SRV_NET_START_NS, &net->reply_s);
     if (rc < 0)
         return rc;
     flow_source_set_timeout(net->reply_s, SRV_NET_PUSH_NS);

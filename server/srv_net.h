@@ -21,8 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRV_NET_PUSH_NS  (2ULL * 1000000ULL)   /* longest a push may block */
-#define SRV_NET_OPEN_NS  (20ULL * 1000000ULL)  /* longest a source open may block */
+#define SRV_NET_PUSH_NS (2ULL * 1000000ULL)  /* longest a push may block */
+#define SRV_NET_OPEN_NS (20ULL * 1000000ULL) /* longest a source open may block */
+/* srv_net_open's own opens, before the event loop runs: a replica that
+ * starts while its peers are busy (a restart under load) must not give up
+ * after SRV_NET_OPEN_NS. */
+#define SRV_NET_START_NS (2000ULL * 1000000ULL)
 #define SRV_NET_RETRY_NS (200ULL * 1000000ULL) /* between attempts to reach a peer */
 
 struct srv_net;

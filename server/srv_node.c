@@ -494,7 +494,8 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
         .cluster = &n->o.cluster, .id = n->id, .proto = n->proto, .session = session};
     rc = srv_net_open(&nc, &n->net);
     if (rc < 0) {
-        snprintf(err, errcap, "cannot listen on %s: %s", self->address, fk_strerror(rc));
+        snprintf(err, errcap, "cannot listen on %s or open its flows: %s", self->address,
+                 fk_strerror(rc));
         return rc;
     }
     rc = open_core(n, err, errcap);
