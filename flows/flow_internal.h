@@ -45,6 +45,9 @@
  * closing promises not to wait for an unresponsive node (the home frees
  * the index anyway when a source finds the target gone). */
 #define FLOW__LEAVE_TIMEOUT_NS (300ULL * 1000000ULL)
+/* A latency-mode source whose ring looks full this long reads the
+ * target's consumed counter instead of waiting for a credit. */
+#define FLOW__CREDIT_STALL_NS (20ULL * 1000000ULL)
 /* After a failed attach to a joined target, the next try waits this long. */
 #define FLOW__REATTACH_NS    (20ULL * 1000000ULL)
 #define FLOW__DEFAULT_GAP_NS (50ULL * 1000000ULL)

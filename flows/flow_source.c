@@ -140,6 +140,7 @@ static int wait_space(flow_source *s, int k)
             post_consumed_read(s, k, FAB_MORE);
         return 0;
     }
+    uint64_t since = 0;
     for (;;) {
         int rc = reap(s, k);
         if (rc < 0)
@@ -151,10 +152,19 @@ static int wait_space(flow_source *s, int k)
         if (inflight < s->geom.nseg)
             return 0;
         uint64_t now = fk_now_ns();
-        if (deadline == 0)
+        if (deadline == 0) {
             deadline = now + s->timeout_ns;
+            since = now;
+        }
         if (now >= deadline)
             return FK_ETIMEDOUT;
+        /* Latency mode learns free space from credits the target writes
+         * back (DFI section 5.3). A credit that never comes (the target's
+         * credit connection failed: on rxe, a queue pair in error after
+         * its retries) must not stall the source for good: after a while
+         * it reads the consumed counter itself, as bandwidth mode does. */
+        if (!bw && now - since >= FLOW__CREDIT_STALL_NS && !st->read_pending)
+            post_consumed_read(s, k, 0);
         if (s->desc.opts.mode == FLOW_BANDWIDTH) {
             fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
             if (!st->read_pending)
