@@ -45,6 +45,10 @@
  * closing promises not to wait for an unresponsive node (the home frees
  * the index anyway when a source finds the target gone). */
 #define FLOW__LEAVE_TIMEOUT_NS (300ULL * 1000000ULL)
+/* Longest one peer may take to describe a flow: a node asks its peers in
+ * turn, and one that is cut off (its SYN dropped) must not hold the
+ * caller for FLOW__CALL_TIMEOUT_NS (a client rejoining a replica). */
+#define FLOW__DESCRIBE_TIMEOUT_NS (1000ULL * 1000000ULL)
 /* A latency-mode source whose ring looks full this long reads the
  * target's consumed counter instead of waiting for a credit. */
 #define FLOW__CREDIT_STALL_NS (20ULL * 1000000ULL)

@@ -182,7 +182,8 @@ static int ask_describe(flow_node *n, const char *addr, const char *name, struct
 {
     struct flow__msg_hdr h = {.type = FLOW__MSG_DESCRIBE};
     snprintf(h.name, sizeof(h.name), "%s", name);
-    int rc = flow__call(n, addr, &h, sizeof(h), out, sizeof(*out));
+    int rc =
+        flow__call_within(n, addr, &h, sizeof(h), out, sizeof(*out), FLOW__DESCRIBE_TIMEOUT_NS);
     if (rc < 0)
         return rc;
     if (rc != (int)sizeof(*out) || strcmp(out->name, name) != 0)
