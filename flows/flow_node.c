@@ -555,16 +555,21 @@ int flow_declare(flow_node *n, const char *name, const struct flow_schema *schem
     return rc;
 }
 
+/* The declaration of ordered flow name: FK_EINVAL when it is not ordered. */
+static int describe_ordered(flow_node *n, const char *name, struct flow__desc *d)
+{
+    int rc = flow__describe(n, name, NULL, d);
+    return rc < 0 ? rc : d->opts.ordered ? 0 : FK_EINVAL;
+}
+
 int flow_sequencer_info(flow_node *n, const char *name, char *addr, size_t cap, uint32_t *session)
 {
     struct flow__desc d;
     if (n == NULL || name == NULL || addr == NULL || session == NULL)
         return FK_EINVAL;
-    int rc = flow__describe(n, name, NULL, &d);
+    int rc = describe_ordered(n, name, &d);
     if (rc < 0)
         return rc;
-    if (!d.opts.ordered)
-        return FK_EINVAL;
     snprintf(addr, cap, "%s", d.opts.sequencer);
     *session = d.seq_session;
     return 0;
@@ -584,11 +589,9 @@ int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
     struct flow__desc d;
     if (n == NULL || name == NULL || session == 0 || session > 0xffff)
         return FK_EINVAL;
-    int rc = flow__describe(n, name, NULL, &d);
+    int rc = describe_ordered(n, name, &d);
     if (rc < 0)
         return rc;
-    if (!d.opts.ordered)
-        return FK_EINVAL;
     uint64_t *words = aligned_alloc(64, 64);
     if (words == NULL)
         return FK_ENOMEM;

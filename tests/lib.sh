@@ -37,3 +37,23 @@ t_done() {
     [ "$t__fail" -eq 0 ] && [ "$t__pass" -gt 0 ]
     exit $?
 }
+
+# fk_local_conf FILE PROTO DURABILITY BASEPORT: a 3-replica cluster file on
+# 127.0.0.1:BASEPORT.. over the tcp fabric, data in dataN beside FILE, every
+# replica a sequencer candidate. BASEPORT from fk_base_port stays below the
+# kernel's ephemeral range, where a client socket could take a replica's port.
+fk_base_port() { echo $((20000 + RANDOM % 12000)); }
+fk_local_conf() {
+    mkdir -p "$(dirname "$1")"
+    {
+        echo "[cluster]"
+        echo "protocol = $2"
+        echo "durability = $3"
+        echo "token = local-test-token-0123456789"
+        echo "sequencers = 0, 1, 2"
+        for i in 0 1 2; do
+            printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' \
+                "$i" $(($4 + i)) "$i"
+        done
+    } >"$1"
+}

@@ -12,6 +12,7 @@
 #   client/bench/bench-kv.sh [BUILD_DIR]      OPS=2000 ROUNDS=5 by default
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/tests/lib.sh" # fk_local_conf, fk_base_port
 B=${1:-$root/build}
 OPS=${OPS:-2000}
 ROUNDS=${ROUNDS:-5}
@@ -30,15 +31,8 @@ trap 'stop_all; rm -rf "$WORK"' EXIT
 
 # one PROTO DURABILITY: prints flowkv-bench-lat's table and keeps its last line.
 one() {
-    local d=$WORK/$1-$2 base=$((20000 + RANDOM % 12000))
-    mkdir -p "$d"
-    {
-        printf '[cluster]\nprotocol = %s\ndurability = %s\ntoken = bench-kv-token-0123456\n' "$1" "$2"
-        for i in 0 1 2; do
-            printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' \
-                $i $((base + i)) $i
-        done
-    } >"$d/cluster.conf"
+    local d=$WORK/$1-$2
+    fk_local_conf "$d/cluster.conf" "$1" "$2" "$(fk_base_port)"
     for i in 0 1 2; do
         FLOWKV_LOG=warn "$B/bin/flowkv-server" -c "$d/cluster.conf" -i $i --new-cluster \
             >"$d/log$i" 2>&1 &

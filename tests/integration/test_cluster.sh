@@ -23,24 +23,6 @@ cleanup() {
 trap cleanup EXIT
 export FLOWKV_LOG=${FLOWKV_LOG:-info}
 
-# write_conf DIR PROTO BASEPORT
-write_conf() {
-    mkdir -p "$1"
-    {
-        echo "[cluster]"
-        echo "protocol = $2"
-        echo "durability = sync"
-        echo "token = test-token-0123456789"
-        echo "sequencers = 0, 1, 2"
-        for i in 0 1 2; do
-            echo "[node $i]"
-            echo "address = 127.0.0.1:$(($3 + i))"
-            echo "fabric = tcp"
-            echo "data_dir = data$i"
-        done
-    } >"$1/cluster.conf"
-}
-
 # start DIR ID [flags]: one replica in the background.
 start() {
     local d=$1 i=$2
@@ -118,7 +100,7 @@ wrong_token() { # wrong_token DIR: a client with another token is refused, clear
 
 run_protocol() {
     local proto=$1 base=$2 d=$WORK/$1
-    write_conf "$d" "$proto" "$base"
+    fk_local_conf "$d/cluster.conf" "$proto" sync "$base"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     if wait_serving "$d"; then t_ok "$proto: 3 replicas serve"; else
         t_fail "$proto: 3 replicas serve" "no put succeeded within 30 s: $(tail -n 3 "$d/log0")"
@@ -173,6 +155,6 @@ run_protocol() {
         t_fail "$proto: LMDB after SIGTERM" "mdb_stat failed"
 }
 
-run_protocol multipaxos $((20000 + RANDOM % 12000))
-run_protocol nopaxos $((20000 + RANDOM % 12000))
+run_protocol multipaxos "$(fk_base_port)"
+run_protocol nopaxos "$(fk_base_port)"
 t_done

@@ -70,15 +70,7 @@ else
     t_done
 fi
 
-base=$((20000 + RANDOM % 12000))
-{
-    echo "[cluster]"
-    echo "protocol = multipaxos"
-    echo "token = install-test-token-0123"
-    for i in 0 1 2; do
-        printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' $i $((base + i)) $i
-    done
-} >"$WORK/cluster.conf"
+fk_local_conf "$WORK/cluster.conf" multipaxos sync "$(fk_base_port)"
 for i in 0 1 2; do
     FLOWKV_LOG=warn "$DEST$PREFIX/bin/flowkv-server" -c "$WORK/cluster.conf" -i $i --new-cluster \
         >"$WORK/log$i" 2>&1 &
