@@ -36,11 +36,15 @@
     ((uint64_t)(count) | ((uint64_t)((session)&0xffffu) << 32) | FOOT_CONSUMABLE | (flags))
 
 #define FLOW__DEFAULT_SEG_BYTES 8192
-#define FLOW__DEFAULT_SEGS_BW   32
-#define FLOW__DEFAULT_SEGS_LAT  64
-#define FLOW__SEGS_MAX          4096
-#define FLOW__SEG_BYTES_MAX     (1u << 20)
-#define FLOW__CALL_TIMEOUT_NS   (5ULL * 1000000000ULL)
+/* Bandwidth mode: 64 segments (512 KiB at 8 KiB). A source learns free
+ * space lazily, about half a ring late (DFI section 5.3), so the ring must
+ * cover that lag and the consumer's wake-up: at 32 segments the source of
+ * `make bench-flows` stalled every half ring and ran 25-30% slower. */
+#define FLOW__DEFAULT_SEGS_BW  64
+#define FLOW__DEFAULT_SEGS_LAT 64
+#define FLOW__SEGS_MAX         4096
+#define FLOW__SEG_BYTES_MAX    (1u << 20)
+#define FLOW__CALL_TIMEOUT_NS  (5ULL * 1000000000ULL)
 /* Longest a closing joined target waits for its home to free its index:
  * closing promises not to wait for an unresponsive node (the home frees
  * the index anyway when a source finds the target gone). */
