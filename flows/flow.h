@@ -153,7 +153,7 @@ struct flow_opts {
     enum flow_kind kind;
     enum flow_mode mode;
     uint32_t segment_bytes;            /* bandwidth mode: segment payload; default 8192 */
-    uint32_t segments;                 /* per ring; default 64 (bandwidth), 64 (latency) */
+    uint32_t segments;                 /* per ring; default 128 (bandwidth), 64 (latency) */
     uint32_t max_sources;              /* source slots per target (elastic); default nsources */
     uint32_t max_targets;              /* targets including joined ones; default ntargets */
     int multicast;                     /* replicate: datagrams to a group instead of N writes */

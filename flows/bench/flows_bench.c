@@ -643,7 +643,7 @@ static void bench_memory(void)
     uint64_t tmem;
     get(g_up[0], &tmem, sizeof(tmem));
     uint64_t smem = mem_a();
-    printf("(d) memory, 4x4-thread bandwidth shuffle (64 x 8 KiB segments per ring): source "
+    printf("(d) memory, 4x4-thread bandwidth shuffle (128 x 8 KiB segments per ring): source "
            "node %.1f KiB, target node %.1f KiB\n",
            smem / 1024.0, tmem / 1024.0);
 }
