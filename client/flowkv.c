@@ -227,6 +227,7 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
     for (uint32_t i = 0; i < kv->n; i++)
         flow_node_add_peer(kv->node, kv->conf.nodes[i].address);
     uint32_t joined = 0, refused = 0;
+    int why = 0; /* the first replica's error, for the message */
     for (uint32_t i = 0; i < kv->n; i++) {
         int jr = join(kv, i);
         if (jr == 0)
@@ -234,6 +235,8 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
         else
             kv->r[i].retry_at = fk_now_ns() + REJOIN_NS;
         refused += jr == FK_EAUTH;
+        if (jr < 0 && why == 0)
+            why = jr;
     }
     if (joined == 0 && refused > 0) {
         snprintf(err, errcap, "the replicas of %s refused this client: %s", path,
@@ -241,8 +244,12 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
         flowkv_close(kv);
         return FK_EAUTH;
     }
-    if (joined == 0 || (kv->nop && open_oum(kv) < 0)) {
-        snprintf(err, errcap, "no replica of %s answered (is the cluster running?)", path);
+    if (joined > 0)
+        why = kv->nop ? open_oum(kv) : 0;
+    if (why < 0) {
+        snprintf(err, errcap, "no replica of %s answered (is the cluster running?): %s: %s", path,
+                 joined == 0 ? "joining the first replica" : "opening the ordered request flow",
+                 fk_strerror(why));
         flowkv_close(kv);
         return FK_EUNREACHABLE;
     }

@@ -57,6 +57,9 @@
 /* A latency-mode source whose ring looks full this long reads the
  * target's consumed counter instead of waiting for a credit. */
 #define FLOW__CREDIT_STALL_NS (20ULL * 1000000ULL)
+/* A joining target that finds the flow full probes each joined member this
+ * long before reclaiming its index. */
+#define FLOW__PROBE_NS (200ULL * 1000000ULL)
 /* After a failed attach to a joined target, the next try waits this long. */
 #define FLOW__REATTACH_NS    (20ULL * 1000000ULL)
 #define FLOW__DEFAULT_GAP_NS (50ULL * 1000000ULL)
@@ -72,6 +75,12 @@ struct flow__desc {
     char name[FLOW_NAME_MAX];
     char home[FAB_ADDR_MAX]; /* the declaring node: assigns joined target indices */
     uint32_t version;        /* bumped on target join/leave and sequencer moves */
+    /* The home node's incarnation when it declared the flow (wall-clock ns
+     * at flow_node_create). A home restarted at the same address declares
+     * again from version 1: for an unordered flow its declaration (and the
+     * joined-target list it assigns) supersedes every copy of the old one,
+     * whatever their versions (flow__store_desc). */
+    uint64_t epoch;
     uint32_t nsources;
     uint32_t ntargets;          /* indices in use, declared and joined */
     uint32_t ntargets_declared; /* indices below this were declared, the rest joined */

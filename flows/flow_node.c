@@ -17,6 +17,7 @@
 #include "fk_time.h"
 
 #include <assert.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ struct flow_node {
     int npeers;
     struct flow__hosted hosted[FLOW_FLOWS_MAX];
     struct flow__seq seqs[SEQ_MAX];
+    uint64_t epoch; /* this incarnation: flow__desc.epoch of what it declares */
 };
 
 fab_node *flow__fab(flow_node *n)
@@ -104,13 +106,27 @@ static struct flow__desc *find_desc(flow_node *n, const char *name)
     return NULL;
 }
 
+/* Whether d supersedes have, a stored declaration of the same flow: a
+ * newer version, or, for an unordered flow, a later incarnation of the
+ * same home (its joined targets are assigned anew; the old list names
+ * clients of the dead incarnation). An ordered flow keeps plain versions:
+ * its declaration carries the sequencer's session, which may only move
+ * forward, and any replica may declare it again when it restarts. */
+static int desc_newer(const struct flow__desc *d, const struct flow__desc *have)
+{
+    if (!d->opts.ordered && !have->opts.ordered && d->epoch != have->epoch &&
+        strcmp(d->home, have->home) == 0)
+        return d->epoch > have->epoch;
+    return d->version > have->version;
+}
+
 int flow__store_desc(flow_node *n, const struct flow__desc *d)
 {
     pthread_mutex_lock(&n->lock);
     struct flow__desc *have = find_desc(n, d->name);
     int rc = 0;
     if (have != NULL) {
-        if (d->version > have->version)
+        if (desc_newer(d, have))
             *have = *d;
     } else if (n->nflows < FLOW_FLOWS_MAX) {
         n->flows[n->nflows++] = *d;
@@ -431,6 +447,9 @@ int flow_node_create(const struct flow_node_config *cfg, flow_node **out)
         return rc;
     }
     n->mem_limit = cfg->mem_limit;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    n->epoch = (uint64_t)now.tv_sec * FK_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
     pthread_mutex_init(&n->lock, NULL);
     fab_node_set_handlers(n->fab, on_call, on_close, n);
     *out = n;
@@ -532,6 +551,7 @@ int flow_declare(flow_node *n, const char *name, const struct flow_schema *schem
     snprintf(d->name, sizeof(d->name), "%s", name);
     snprintf(d->home, sizeof(d->home), "%s", flow_node_addr(n));
     d->version = 1;
+    d->epoch = n->epoch;
     d->nsources = (uint32_t)nsources;
     d->ntargets = (uint32_t)ntargets;
     d->ntargets_declared = (uint32_t)ntargets;

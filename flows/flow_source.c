@@ -415,7 +415,7 @@ static int ensure_target(flow_source *s, int k)
         return FK_EINVAL;
     if (d.targets[k][0] == '\0' ||
         (s->t[k].state == 2 && strcmp(d.targets[k], s->desc.targets[k]) == 0 &&
-         d.version == s->desc.version))
+         d.version == s->desc.version && d.epoch == s->desc.epoch))
         return FK_ECLOSED;
     /* Other indices may have new members too: what this source holds
      * there belonged to the old ones. Drop it quietly (no LEAVE: that
@@ -429,6 +429,7 @@ static int ensure_target(flow_source *s, int k)
     }
     s->desc.ntargets = d.ntargets;
     s->desc.version = d.version;
+    s->desc.epoch = d.epoch;
     memcpy(s->desc.targets, d.targets, sizeof(d.targets));
     detach_one(s, k);
     if (alloc_stages(s, k) < 0)

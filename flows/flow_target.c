@@ -407,6 +407,55 @@ int flow_target_open(flow_node *n, const char *name, int index, flow_target **ou
     return 0;
 }
 
+/* Asks the home for an index (JOIN_TARGET); returns the home's answer's
+ * length or an error. */
+static int ask_join(flow_node *n, const char *name, const char *home, struct flow__desc *d)
+{
+    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
+    struct flow__msg_hdr h = {.type = FLOW__MSG_JOIN_TARGET};
+    snprintf(h.name, sizeof(h.name), "%s", name);
+    memcpy(req, &h, sizeof(h));
+    snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", flow_node_addr(n));
+    return flow__call(n, home, req, sizeof(req), d, sizeof(*d));
+}
+
+/* Gives index back to the home (best effort, bounded): a join that failed
+ * after the home assigned it must not hold the slot. With addr, only if
+ * the index still names addr (a dead member reported by someone else). */
+static void give_back(flow_node *n, const struct flow__desc *d, int index, const char *addr)
+{
+    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
+    struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)index};
+    snprintf(h.name, sizeof(h.name), "%s", d->name);
+    memcpy(req, &h, sizeof(h));
+    size_t len = sizeof(h);
+    if (addr != NULL) {
+        snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", addr);
+        len = sizeof(req);
+    }
+    struct flow__desc r;
+    if (flow__call_within(n, d->home, req, len, &r, sizeof(r), FLOW__LEAVE_TIMEOUT_NS) ==
+        (int)sizeof(r))
+        flow__store_desc(n, &r);
+}
+
+/* A full flow: frees the indices of joined members whose node no longer
+ * answers (a client killed without leaving; elastic membership reclaims a
+ * dead member's slot). Returns how many were freed. */
+static int reap_dead_members(flow_node *n, const struct flow__desc *d)
+{
+    int freed = 0;
+    for (uint32_t i = d->ntargets_declared; i < d->ntargets && i < FLOW_TARGETS_MAX; i++) {
+        const char *addr = d->targets[i];
+        if (addr[0] == '\0' || strcmp(addr, flow_node_addr(n)) == 0 ||
+            flow_node_probe(n, addr, FLOW__PROBE_NS) == 0)
+            continue;
+        give_back(n, d, (int)i, addr);
+        freed++;
+    }
+    return freed;
+}
+
 int flow_target_join(flow_node *n, const char *name, flow_target **out)
 {
     struct flow__desc d;
@@ -415,12 +464,11 @@ int flow_target_join(flow_node *n, const char *name, flow_target **out)
     int rc = flow__describe(n, name, NULL, &d);
     if (rc < 0)
         return rc;
-    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
-    struct flow__msg_hdr h = {.type = FLOW__MSG_JOIN_TARGET};
-    snprintf(h.name, sizeof(h.name), "%s", name);
-    memcpy(req, &h, sizeof(h));
-    snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", flow_node_addr(n));
-    rc = flow__call(n, d.home, req, sizeof(req), &d, sizeof(d));
+    char home[FAB_ADDR_MAX];
+    memcpy(home, d.home, sizeof(home));
+    rc = ask_join(n, name, home, &d);
+    if (rc == FK_EFULL && flow__describe(n, name, home, &d) == 0 && reap_dead_members(n, &d) > 0)
+        rc = ask_join(n, name, home, &d);
     if (rc < 0)
         return rc;
     if (rc != (int)sizeof(d))
@@ -431,11 +479,17 @@ int flow_target_join(flow_node *n, const char *name, flow_target **out)
             index = (int)i; /* the last one: this join */
     if (index < 0)
         return FK_EPROTO;
-    rc = flow__publish(n, &d);
+    /* The home's answer is the newest declaration (same incarnation, a
+     * higher version; or a later one): stored here, it is what
+     * flow_target_open reads. Nobody else needs it now: a source learns of
+     * a joined target from the home when it first pushes there. */
+    rc = flow__store_desc(n, &d);
     if (rc == 0)
         rc = flow_target_open(n, name, index, out);
     if (rc == 0)
         (*out)->joined = 1;
+    else
+        give_back(n, &d, index, NULL);
     return rc;
 }
 

@@ -182,6 +182,61 @@ TEST(elastic_targets_join_leave_index_reused)
     flow_node_destroy(n);
 }
 
+/* Joins "tf" and reports its index; arg != NULL: then crashes (killed by
+ * the parent, never leaving), else leaves and reports again. */
+static void full_joiner(struct ft_child *c, void *arg)
+{
+    char home[FAB_ADDR_MAX];
+    if (ft_read(c->down[0], home, sizeof(home)) < 0)
+        _exit(3);
+    flow_node *n = ft_node();
+    CHECK_OK(flow_node_add_peer(n, home));
+    flow_target *t;
+    int idx = flow_target_join(n, "tf", &t);
+    if (idx == 0)
+        idx = flow_target_index(t);
+    ft_write(c->up[1], &idx, sizeof(idx));
+    if (arg != NULL) {
+        char x;
+        ft_read(c->down[0], &x, 1); /* killed here; EOF if the parent died */
+        _exit(0);
+    }
+    if (idx >= 0)
+        flow_target_close(t);
+    flow_node_destroy(n);
+}
+
+/* Elastic membership: a joined target killed without leaving holds its
+ * index only until the flow is full; the next joiner finds its node gone
+ * and takes the index (no source ever pushed to the dead one). */
+TEST(elastic_dead_joined_target_reclaimed_when_full)
+{
+    struct ft_child c[2];
+    ft_fork(&c[0], full_joiner, (void *)1);
+    ft_fork(&c[1], full_joiner, NULL);
+    flow_node *n = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_targets = 2;
+    const char *tg[1] = {flow_node_addr(n)};
+    CHECK_OK(flow_declare(n, "tf", &sc, 1, tg, 1, &o));
+    char home[FAB_ADDR_MAX] = {0};
+    snprintf(home, sizeof(home), "%s", flow_node_addr(n));
+    int idx;
+    ft_write(c[0].down[1], home, sizeof(home));
+    CHECK_OK(ft_read(c[0].up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 1);
+    kill(c[0].pid, SIGKILL);
+    CHECK_EQ_I64(ft_reap(&c[0], fk_now_ns() + 10 * FT_SEC), -1);
+    ft_write(c[1].down[1], home, sizeof(home));
+    CHECK_OK(ft_read(c[1].up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 1); /* not FK_EFULL: the dead member's index came back */
+    CHECK_EQ_I64(ft_reap(&c[1], fk_now_ns() + 10 * FT_SEC), 0);
+    flow_node_destroy(n);
+}
+
 /* A client-like joined target of "sj": consumes JOIN_TUPLES and, like
  * libflowkv, joins again when its declared source went away (FK_EEND). */
 static void rejoining_target(struct ft_child *c, void *arg)
