@@ -323,8 +323,13 @@ static void send_nop(flowkv *kv, struct slot *s)
     memcpy(kv->tuple, &h, sizeof(h));
     if (kv->oum == NULL && open_oum(kv) < 0)
         return;
-    if (flow_push(kv->oum, kv->tuple, FKC_OUM_TUPLE) < 0) {
-        flow_source_close(kv->oum); /* reopened on the next try */
+    int rc = flow_push(kv->oum, kv->tuple, FKC_OUM_TUPLE);
+    /* A slow sequencer (FK_ETIMEDOUT: its fetch-and-add stays posted) or a
+     * full ring is waited out by the resend; anything else reopens the
+     * flow on the next try. Reopening on every timeout made a lossy
+     * network unusable: each reopen is a dozen connections and calls. */
+    if (rc < 0 && rc != FK_ETIMEDOUT) {
+        flow_source_close(kv->oum);
         kv->oum = NULL;
     }
 }

@@ -57,6 +57,12 @@
 /* A latency-mode source whose ring looks full this long reads the
  * target's consumed counter instead of waiting for a credit. */
 #define FLOW__CREDIT_STALL_NS (20ULL * 1000000ULL)
+/* A sequencer fetch-and-add unanswered past the caller's timeout stays
+ * posted on its connection (TCP retransmits a lost segment after 200 ms or
+ * more; a new connection costs a handshake that can be lost as well); the
+ * next take waits for it. Only after this long is the connection given up
+ * and the sequencer looked up again (it may have moved). */
+#define FLOW__SEQ_STALL_NS (1000ULL * 1000000ULL)
 /* A joining target that finds the flow full probes each joined member this
  * long before reclaiming its index. */
 #define FLOW__PROBE_NS (200ULL * 1000000ULL)
@@ -231,6 +237,8 @@ struct flow_source {
     /* ordered replicate */
     fab_conn *seq_conn;
     struct fab_rkey seq_counter;
+    int seq_pending;    /* a fetch-and-add posted, not answered yet */
+    uint64_t seq_since; /* when it was posted */
     uint32_t session;
     struct flow__mcast *mc;
 };

@@ -290,18 +290,26 @@ static void seq_rediscover(flow_source *s)
 }
 
 /* Takes the next global sequence number with one fetch-and-add at the
- * sequencer; moves to a new sequencer (new session) if this one is gone. */
+ * sequencer; moves to a new sequencer (new session) if this one is gone.
+ * FK_ETIMEDOUT: the sequencer did not answer within the source's timeout;
+ * the fetch-and-add stays posted and the next take collects it (its number
+ * is ours whenever it comes). FK_EUNREACHABLE: no sequencer answered. */
 int flow__seq_take(flow_source *s, uint64_t *seq)
 {
     uint64_t deadline = fk_now_ns() + s->timeout_ns;
     for (unsigned backoff = 1;; backoff = backoff < 64 ? backoff * 2 : 64) {
         int rc = s->seq_conn ? 0 : seq_connect(s);
-        if (rc == 0)
+        if (rc == 0 && !s->seq_pending) {
             rc = fab_post_faa(s->seq_conn, s->seq_counter.addr, s->seq_counter.key, 1, 0, 0);
+            s->seq_pending = rc == 0;
+            s->seq_since = fk_now_ns();
+        }
         while (rc == 0) {
             struct fab_wc wc;
             int n = fab_poll(s->seq_conn, &wc, 1);
+            uint64_t now = fk_now_ns();
             if (n == 1) {
+                s->seq_pending = 0;
                 if (wc.status == 0) {
                     *seq = wc.value;
                     return 0;
@@ -309,8 +317,13 @@ int flow__seq_take(flow_source *s, uint64_t *seq)
                 rc = wc.status;
             } else if (n < 0) {
                 rc = n;
-            } else if (fab_conn_wait(s->seq_conn, s->timeout_ns) < 0) {
-                rc = FK_ETIMEDOUT;
+            } else if (now - s->seq_since >= FLOW__SEQ_STALL_NS) {
+                rc = FK_ETIMEDOUT; /* given up: reconnect, maybe elsewhere */
+            } else if (now >= deadline) {
+                return FK_ETIMEDOUT; /* still posted: the next take waits on */
+            } else {
+                uint64_t until = s->seq_since + FLOW__SEQ_STALL_NS;
+                fab_conn_wait(s->seq_conn, (deadline < until ? deadline : until) - now);
             }
         }
         fk_debug("flows", "flow %s: sequencer %s: %s", s->desc.name, s->desc.opts.sequencer,
@@ -318,6 +331,7 @@ int flow__seq_take(flow_source *s, uint64_t *seq)
         if (s->seq_conn != NULL)
             fab_conn_close(s->seq_conn);
         s->seq_conn = NULL;
+        s->seq_pending = 0;
         if (fk_now_ns() >= deadline)
             return FK_EUNREACHABLE;
         fk_sleep_ns(backoff * FK_NSEC_PER_MSEC);
@@ -493,6 +507,19 @@ static int replicate_seal(flow_source *s, uint64_t flags)
     int rc = 0;
     if (s->desc.opts.ordered && (s->rfill > 0 || !(flags & FOOT_END)))
         rc = flow__seq_take(s, &seq);
+    if (rc < 0 && !(flags & FOOT_END)) {
+        /* No sequence number: nothing was sent. Latency mode: the segment
+         * is the tuple being pushed, and the push fails (the caller may
+         * push it again). Bandwidth mode: the full segment holds tuples
+         * already accepted; it stays staged and the next push or flush
+         * seals it first. */
+        if (s->desc.opts.mode == FLOW_LATENCY) {
+            for (uint32_t k = 0; k < s->desc.ntargets; k++)
+                s->t[k].fill = 0;
+            s->rfill = 0;
+        }
+        return rc;
+    }
     if (flags & FOOT_END)
         seq = UINT64_MAX; /* end-of-flow takes no sequence number */
     for (uint32_t k = 0; rc == 0 && k < s->desc.ntargets; k++) {
@@ -512,6 +539,11 @@ static int replicate_seal(flow_source *s, uint64_t flags)
 static int replicate_push(flow_source *s, const void *tuple)
 {
     int live = 0;
+    if (s->rfill == s->geom.tuples_per_seg) {
+        int rc = replicate_seal(s, 0); /* a full segment whose seal failed */
+        if (rc < 0)
+            return rc;
+    }
     for (uint32_t k = 0; k < s->desc.ntargets; k++) {
         struct flow__starget *st = &s->t[k];
         if (st->state != 1)

@@ -109,8 +109,10 @@
 #define REOPEN_AFTER  3
 #define REOPEN_MAX    32
 #define OPEN_RETRY_NS (100 * FK_NSEC_PER_MSEC)
-/* Deleting the keys before the run: a deadline for the retries. */
-#define PREP_NS (3 * FK_NSEC_PER_SEC)
+/* Deleting the keys before the run: a deadline for the retries. Several
+ * client timeouts: under the fault suite's packet loss one delete can take
+ * a timeout or two (3 s each there). */
+#define PREP_NS (15 * FK_NSEC_PER_SEC)
 /* lin_check's bound per key. A history of n operations on a key usually
  * needs a few n steps; the memo holds one 8-byte entry per fresh step at
  * load <= 1/2, so this bound costs 256 MiB at most. */
