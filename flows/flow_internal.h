@@ -63,6 +63,10 @@
  * next take waits for it. Only after this long is the connection given up
  * and the sequencer looked up again (it may have moved). */
 #define FLOW__SEQ_STALL_NS (1000ULL * 1000000ULL)
+/* A replicate source retries a target it could not attach to: each try
+ * bounded by FLOW__REPL_ATTACH_NS, at most one per FLOW__REPL_REATTACH_NS. */
+#define FLOW__REPL_ATTACH_NS   (200ULL * 1000000ULL)
+#define FLOW__REPL_REATTACH_NS (500ULL * 1000000ULL)
 /* A joining target that finds the flow full probes each joined member this
  * long before reclaiming its index. */
 #define FLOW__PROBE_NS (200ULL * 1000000ULL)

@@ -536,9 +536,31 @@ static int replicate_seal(flow_source *s, uint64_t flags)
     return rc;
 }
 
+/* Replicate flows: attaches again, between segments, to the targets that
+ * did not answer at open or at the last try, each for at most
+ * FLOW__REPL_ATTACH_NS and at most once per FLOW__REPL_REATTACH_NS, so
+ * that a target that is down costs pushes little. */
+static void replicate_reattach(flow_source *s)
+{
+    if (s->rfill > 0)
+        return; /* a member joins at a segment boundary */
+    uint64_t now = fk_now_ns();
+    for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+        struct flow__starget *st = &s->t[k];
+        if (st->state != 3 || now < st->retry_at)
+            continue;
+        uint64_t budget =
+            s->timeout_ns < FLOW__REPL_ATTACH_NS ? s->timeout_ns : FLOW__REPL_ATTACH_NS;
+        if (attach_one(s, (int)k, now + budget) < 0)
+            st->retry_at = fk_now_ns() + FLOW__REPL_REATTACH_NS;
+        now = fk_now_ns();
+    }
+}
+
 static int replicate_push(flow_source *s, const void *tuple)
 {
     int live = 0;
+    replicate_reattach(s);
     if (s->rfill == s->geom.tuples_per_seg) {
         int rc = replicate_seal(s, 0); /* a full segment whose seal failed */
         if (rc < 0)
@@ -775,7 +797,12 @@ static int source_init(flow_source *s)
          * group serves with f of its members down (NOPaxos section 4: the
          * multicast is unreliable; the missing member recovers later). */
         if (rc < 0 && rc != FK_ENOMEM && s->desc.opts.kind == FLOW_REPLICATE) {
-            s->t[k].state = 2;
+            /* Not written off: a lost SYN alone costs TCP a second, and an
+             * ordered flow that never reaches the NOPaxos leader has every
+             * request of this source turned into a no-op. Pushes try it
+             * again (replicate_reattach); a multicast source does not. */
+            s->t[k].state = s->desc.opts.multicast ? 2 : 3;
+            s->t[k].retry_at = fk_now_ns() + FLOW__REATTACH_NS;
             rc = 0;
         }
     }

@@ -29,9 +29,10 @@
 
 #include <stdint.h>
 
-#define SRV_TICK_NS  (1000ULL * 1000ULL)    /* core timer resolution: 1 ms */
-#define SRV_BATCH    64                     /* inputs per LMDB transaction at most */
-#define SRV_DRAIN_NS (2ULL * 1000000000ULL) /* SIGTERM: longest wait for in-flight work */
+#define SRV_TICK_NS         (1000ULL * 1000ULL)           /* core timer resolution: 1 ms */
+#define SRV_NOP_ELECTION_NS (1000ULL * 1000ULL * 1000ULL) /* NOPaxos view-change timeout: 1 s */
+#define SRV_BATCH           64                            /* inputs per LMDB transaction at most */
+#define SRV_DRAIN_NS        (2ULL * 1000000000ULL) /* SIGTERM: longest wait for in-flight work */
 
 /* Core settings, documented limits (README "Limits"). The snapshot travels
  * whole in one message (consensus/cons.h CONS_MSG_MAX), which bounds the
