@@ -501,14 +501,7 @@ void flow_target_close(flow_target *t)
     pthread_mutex_lock(&t->lock);
     t->closed = 1;
     pthread_mutex_unlock(&t->lock);
-    if (t->joined) {
-        /* Free the index at the home node so a later join can reuse it. */
-        struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)t->index};
-        struct flow__desc d;
-        snprintf(h.name, sizeof(h.name), "%s", t->desc.name);
-        if (flow__call_within(t->node, t->desc.home, &h, sizeof(h), &d, sizeof(d),
-                              FLOW__LEAVE_TIMEOUT_NS) == (int)sizeof(d))
-            flow__store_desc(t->node, &d);
-    }
+    if (t->joined) /* free the index at the home node so a later join can reuse it */
+        give_back(t->node, &t->desc, t->index, NULL);
     target_destroy(t);
 }

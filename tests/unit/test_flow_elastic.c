@@ -8,16 +8,24 @@
 
 #define JOIN_TUPLES 300
 
-/* A joining source: attaches with FLOW_ANY, pushes, then closes, or stops
- * after half and waits to be killed (a crashed client). */
-static void joiner(struct ft_child *c, void *arg)
+/* A child's node: waits for the home address from the parent (exits if
+ * the parent died) and knows the home as a peer. */
+static flow_node *child_node(struct ft_child *c)
 {
-    int crash = arg != NULL;
     char home[FAB_ADDR_MAX];
     if (ft_read(c->down[0], home, sizeof(home)) < 0)
         _exit(3);
     flow_node *n = ft_node();
     CHECK_OK(flow_node_add_peer(n, home));
+    return n;
+}
+
+/* A joining source: attaches with FLOW_ANY, pushes, then closes, or stops
+ * after half and waits to be killed (a crashed client). */
+static void joiner(struct ft_child *c, void *arg)
+{
+    int crash = arg != NULL;
+    flow_node *n = child_node(c);
     flow_source *s;
     int rc = flow_source_open(n, "svc", FLOW_ANY, 5 * FT_SEC, &s);
     ft_write(c->up[1], &rc, sizeof(rc));
@@ -118,11 +126,7 @@ TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
 static void target_joiner(struct ft_child *c, void *arg)
 {
     (void)arg;
-    char home[FAB_ADDR_MAX];
-    if (ft_read(c->down[0], home, sizeof(home)) < 0)
-        _exit(3);
-    flow_node *n = ft_node();
-    CHECK_OK(flow_node_add_peer(n, home));
+    flow_node *n = child_node(c);
     flow_target *t;
     CHECK_OK(flow_target_join(n, "tj", &t));
     int idx = flow_target_index(t);
@@ -186,11 +190,7 @@ TEST(elastic_targets_join_leave_index_reused)
  * the parent, never leaving), else leaves and reports again. */
 static void full_joiner(struct ft_child *c, void *arg)
 {
-    char home[FAB_ADDR_MAX];
-    if (ft_read(c->down[0], home, sizeof(home)) < 0)
-        _exit(3);
-    flow_node *n = ft_node();
-    CHECK_OK(flow_node_add_peer(n, home));
+    flow_node *n = child_node(c);
     flow_target *t;
     int idx = flow_target_join(n, "tf", &t);
     if (idx == 0)
@@ -242,11 +242,7 @@ TEST(elastic_dead_joined_target_reclaimed_when_full)
 static void rejoining_target(struct ft_child *c, void *arg)
 {
     (void)arg;
-    char home[FAB_ADDR_MAX];
-    if (ft_read(c->down[0], home, sizeof(home)) < 0)
-        _exit(3);
-    flow_node *n = ft_node();
-    CHECK_OK(flow_node_add_peer(n, home));
+    flow_node *n = child_node(c);
     flow_target *t;
     CHECK_OK(flow_target_join(n, "sj", &t));
     int idx = flow_target_index(t);
@@ -378,11 +374,7 @@ static void sess_target(struct ft_child *c, void *arg)
 static void sess_source(struct ft_child *c, void *arg)
 {
     (void)arg;
-    char home[FAB_ADDR_MAX];
-    if (ft_read(c->down[0], home, sizeof(home)) < 0)
-        _exit(3);
-    flow_node *n = ft_node();
-    CHECK_OK(flow_node_add_peer(n, home));
+    flow_node *n = child_node(c);
     flow_source *s;
     CHECK_OK(flow_source_open(n, "sess", 0, 20 * FT_SEC, &s));
     for (int phase = 0; phase < 2; phase++) {
