@@ -253,13 +253,26 @@ void nop__check_executed(struct nop *r)
  * and a quarter of the ring lies behind the last one. A leader executes
  * ahead of the commit point, so it checkpoints when followers caught up;
  * nop__drain stops it at half a ring to make that happen. */
-static void maybe_checkpoint(struct nop *r)
+static int maybe_checkpoint(struct nop *r)
 {
     if (r->status != NOP_NORMAL || r->executed > r->commit ||
         r->executed - r->snap < r->cfg.log_cap / 4)
-        return;
-    if (make_checkpoint(r) < 0)
+        return 0;
+    /* A leader's checkpoint drops entries from what it can send: a
+     * follower still behind it would need the whole checkpoint (STATE).
+     * So a leader waits for every follower, until half a ring, where it
+     * stops taking requests (nop__drain) and f+1 must do. */
+    if (nop__is_leader(r) && r->log_len - r->snap < r->cfg.log_cap / 2) {
+        for (uint32_t p = 0; p < r->cfg.n; p++) {
+            if (p != r->cfg.id && r->acked[p] < r->executed)
+                return 0;
+        }
+    }
+    if (make_checkpoint(r) < 0) {
         r->poisoned = 1;
+        return 0;
+    }
+    return 1;
 }
 
 /* ---- normal operation over the OUM (section 5.2.1) ------------------------ */
@@ -495,9 +508,17 @@ static void on_gap_commit_rep(struct nop *r, const struct nop_msg *m)
 
 /* ---- synchronization (section 5.2.4) ----------------------------------------- */
 
+/* Synchronization sends each follower, by default, only the hashes of the
+ * leader's entries after its synced prefix (SYNC_SIG): its log came over
+ * the OUM and normally matches, so entries travel again (SYNC, at most
+ * NOP_SYNC_ENTRIES) only to a follower that reported a differing entry or
+ * made no progress between two heartbeats. A prefix confirmed this way is
+ * what the paper's SYNC-PREPARE / SYNC-REPLY establish: entries identical
+ * to the leader's. */
 static void send_sync(struct nop *r, uint32_t p)
 {
     struct cons_wbuf w;
+    r->sync_out[p] = 1;
     if (r->acked[p] < r->snap) {
         /* What it lacks was compacted: state transfer from the checkpoint. */
         nop__begin(r, &w, NOP_STATE, nop__pack(r->view));
@@ -508,12 +529,91 @@ static void send_sync(struct nop *r, uint32_t p)
         return;
     }
     uint64_t lo = r->acked[p] + 1, hi = r->log_len;
+    if (!r->need_full[p]) {
+        if (hi >= lo + NOP_SYNC_SIGS)
+            hi = lo + NOP_SYNC_SIGS - 1;
+        nop__begin(r, &w, NOP_SYNC_SIG, nop__pack(r->view));
+        cons_w_u64(&w, r->commit);
+        cons_w_u64(&w, lo);
+        cons_w_u32(&w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
+        for (uint64_t i = lo; i <= hi; i++)
+            cons_w_u64(&w, nop__entry_hash(nop__ent(r, i)));
+        nop__send(r, &w, cons_replica(p));
+        return;
+    }
     if (hi >= lo + NOP_SYNC_ENTRIES)
         hi = lo + NOP_SYNC_ENTRIES - 1;
     nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
     cons_w_u64(&w, r->commit);
     nop__put_segment(r, &w, lo, hi);
     nop__send(r, &w, cons_replica(p));
+}
+
+/* Eager synchronization: a follower log_cap / 16 entries behind (any
+ * entry once a checkpoint is due) is synced now rather than at the next
+ * heartbeat. The leader stops taking requests
+ * at half a ring past its checkpoint until the commit point reaches what
+ * it executed (maybe_checkpoint); with syncs only every heartbeat a busy
+ * leader spent most of its time there. */
+static void sync_eager(struct nop *r)
+{
+    uint64_t behind = r->cfg.log_cap / 16 > 0 ? r->cfg.log_cap / 16 : 1;
+    if (!nop__is_leader(r) || r->status != NOP_NORMAL)
+        return;
+    if (r->log_len - r->snap >= r->cfg.log_cap / 4)
+        behind = 1; /* due for a checkpoint: it waits for every follower */
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id && !r->sync_out[p] && r->acked[p] >= r->snap &&
+            r->log_len - r->acked[p] >= behind)
+            send_sync(r, p);
+    }
+}
+
+static void send_sync_rep(struct nop *r, uint32_t to, uint64_t flags)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_SYNC_REP, nop__pack(r->view));
+    cons_w_u64(&w, r->synced);
+    cons_w_u64(&w, flags);
+    nop__send(r, &w, cons_replica(to));
+}
+
+/* Adopts the leader's commit point up to the synced prefix and executes. */
+static void follow_commit(struct nop *r, uint64_t leader_commit)
+{
+    uint64_t c = leader_commit < r->synced ? leader_commit : r->synced;
+    if (c > r->commit)
+        r->commit = c;
+    nop__execute_to(r, r->commit > r->executed ? r->commit : r->executed, 0);
+}
+
+/* A follower compares the leader's entry hashes with its own log: the
+ * contiguous run that matches extends its synced prefix. It stops at the
+ * first slot it lacks (still on its way over the OUM, or lost: gap
+ * agreement or a later SYNC brings it) or holds differently (reported, so
+ * that the leader sends entries). */
+static void on_sync_sig(struct nop *r, const struct nop_msg *m)
+{
+    r->last_heard = r->now;
+    struct cons_rbuf rd = m->ents;
+    uint64_t i = m->lo;
+    int differed = 0;
+    for (uint32_t k = 0; k < m->nents; k++, i++) {
+        uint64_t h = cons_r_u64(&rd);
+        if (i <= r->commit)
+            continue; /* committed here already: identical */
+        if (i > r->log_len)
+            break;
+        if (nop__entry_hash(nop__ent(r, i)) != h) {
+            differed = 1;
+            break;
+        }
+    }
+    if (m->lo <= r->synced + 1 && i - 1 > r->synced)
+        r->synced = i - 1;
+    follow_commit(r, m->u1);
+    send_sync_rep(r, m->from, differed ? NOP_SYNC_REP_DIFFERED : 0);
+    nop__drain(r);
 }
 
 /* A follower adopts the leader's entries (NO-OPs included), extends its
@@ -530,15 +630,17 @@ static void on_sync(struct nop *r, const struct nop_msg *m)
             continue; /* committed here already: identical */
         if (i > r->log_len + 1 || !nop__fits(r, i))
             break;
+        uint64_t before = r->log_len;
         follower_put(r, i, &e);
+        /* Ahead of its OUM copy (which will be an old number now): the
+         * client still counts this replica, as after GAP-RECV. */
+        if (r->log_len > before && e.kind == NOP_ENT_REQ)
+            ack_request(r, r->log_len, &e.op);
     }
     if (m->lo <= r->synced + 1 && i - 1 > r->synced)
         r->synced = i - 1;
-    uint64_t c = m->u1 < r->synced ? m->u1 : r->synced;
-    if (c > r->commit)
-        r->commit = c;
-    nop__execute_to(r, r->commit > r->executed ? r->commit : r->executed, 0);
-    nop__send_u64(r, m->from, NOP_SYNC_REP, r->synced);
+    follow_commit(r, m->u1);
+    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL);
     nop__drain(r);
 }
 
@@ -559,7 +661,7 @@ static void on_state(struct nop *r, const struct nop_msg *m)
             nop__oum_clear(r);
         }
     }
-    nop__send_u64(r, m->from, NOP_SYNC_REP, r->synced);
+    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL);
 }
 
 /* The leader's commit point is the largest slot that f+1 replicas hold
@@ -569,7 +671,16 @@ static void on_sync_rep(struct nop *r, const struct nop_msg *m)
 {
     if (!nop__is_leader(r))
         return;
-    r->acked[m->from] = m->u1 < r->log_len ? m->u1 : r->log_len;
+    uint64_t got = m->u1 < r->log_len ? m->u1 : r->log_len;
+    /* A follower that made no progress on hashes lacks what they cover
+     * (still on its way, or lost) and gets entries next; one that made
+     * none on entries cannot take them now and waits for the heartbeat:
+     * eager syncs to it would only bounce. */
+    uint32_t from = m->from;
+    int still = got <= r->acked[from] && got < r->log_len;
+    r->acked[from] = got;
+    r->sync_out[from] = (uint8_t)(still && (m->u2 & NOP_SYNC_REP_FULL));
+    r->need_full[from] = (m->u2 & NOP_SYNC_REP_DIFFERED) || still;
     uint64_t v[CONS_REPLICAS_MAX] = {0};
     uint32_t n = 0;
     for (uint32_t p = 0; p < r->cfg.n; p++)
@@ -603,8 +714,12 @@ static void tick(struct nop *r)
         if (r->now >= r->next_sync) {
             r->next_sync = r->now + r->cfg.heartbeat_ns;
             for (uint32_t p = 0; p < r->cfg.n; p++) {
-                if (p != r->cfg.id)
-                    send_sync(r, p);
+                if (p == r->cfg.id)
+                    continue;
+                if (r->acked[p] == r->hb_acked[p] && r->acked[p] < r->log_len)
+                    r->need_full[p] = 1; /* stuck on hashes: send entries */
+                r->hb_acked[p] = r->acked[p];
+                send_sync(r, p);
             }
             if (r->gap_slot)
                 send_gap_commits(r);
@@ -684,6 +799,10 @@ static void on_replica_msg(struct nop *r, const struct nop_msg *m)
         if (from_leader)
             on_state(r, m);
         break;
+    case NOP_SYNC_SIG:
+        if (from_leader)
+            on_sync_sig(r, m);
+        break;
     case NOP_SYNC_REP:
         on_sync_rep(r, m);
         break;
@@ -759,7 +878,11 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     default:
         return FK_EINVAL;
     }
-    maybe_checkpoint(r);
+    /* A leader paused at half a ring (nop__drain) resumes as soon as the
+     * checkpoint freed the ring, not at the next message. */
+    if (maybe_checkpoint(r) && nop__is_leader(r))
+        nop__drain(r);
+    sync_eager(r);
     nop__persist(r);
     nop__hold(r);
     return r->poisoned ? FK_EPOISONED : 0;

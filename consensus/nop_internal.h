@@ -20,7 +20,7 @@ enum nop_type {
     NOP_GAP_COMMIT = 6,     /* term = view; u64 slot [, u64 lo: NO-OPs in lo..slot] */
     NOP_GAP_COMMIT_REP = 7, /* term = view; u64 slot */
     NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
-    NOP_SYNC_REP = 9,       /* term = view; u64 synced */
+    NOP_SYNC_REP = 9,       /* term = view; u64 synced [, u64 NOP_SYNC_REP_* flags] */
     NOP_VC_REQ = 10,        /* term = view */
     NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, u64 commit,
                                checkpoint, log after it */
@@ -29,7 +29,8 @@ enum nop_type {
     NOP_RECOVERY_REP = 14,  /* term = view; u64 nonce, u8 leader, u64 sess_start, u64 commit,
                                when leader: checkpoint and the log after it, or no checkpoint
                                and the log after the requester's `have` (else empty) */
-    NOP_STATE = 15, /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
+    NOP_STATE = 15,    /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
+    NOP_SYNC_SIG = 16, /* term = view; u64 commit, u64 lo, u32 n, n x u64 nop__entry_hash */
     NOP__TYPES
 };
 
@@ -39,8 +40,12 @@ enum nop_type {
  * state machine snapshot). */
 enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 
-#define NOP_SYNC_ENTRIES 16 /* entries per SYNC message */
-#define NOP_OUM_BUF      64 /* OUM messages held while the next one is missing */
+#define NOP_SYNC_ENTRIES 16  /* entries per SYNC message */
+#define NOP_SYNC_SIGS    512 /* entry hashes per SYNC_SIG message */
+/* SYNC_REP flags: what the answered message was and found. */
+#define NOP_SYNC_REP_DIFFERED 1u /* a SYNC_SIG hash differed from this log */
+#define NOP_SYNC_REP_FULL     2u /* the answer to a SYNC (entries) */
+#define NOP_OUM_BUF           64 /* OUM messages held while the next one is missing */
 /* Durable mode: messages waiting for their persists (nop_durable.c). One
  * reply per client operation of the last disk round trip, plus protocol
  * messages: 1,024 covers a disk commit of ~1,000 operations; beyond it a
@@ -105,8 +110,16 @@ struct nop {
     uint64_t gap_slot, gap_lo, gap_acks, gap_sent;
     uint64_t find_slot, find_sent;
 
-    /* Leader: each follower's synced prefix; sync timer. */
+    /* Leader: each follower's synced prefix; sync timer. Synchronization
+     * (nop.c) is eager: a follower that falls log_cap / 16 entries behind
+     * gets a SYNC_SIG at once, one in flight per follower (sync_out, also
+     * set until the next heartbeat when entries brought no progress);
+     * need_full: its last answer reported a differing entry or
+     * no progress, or its prefix did not move between two heartbeats
+     * (hb_acked), so it gets entries. */
     uint64_t acked[CONS_REPLICAS_MAX];
+    uint64_t hb_acked[CONS_REPLICAS_MAX];
+    uint8_t sync_out[CONS_REPLICAS_MAX], need_full[CONS_REPLICAS_MAX];
     uint64_t next_sync;
 
     /* View change and recovery. */

@@ -70,9 +70,21 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
         return m->u2 > m->u1 ? FK_EMALFORMED : 0;
     case NOP_GAP_FIND:
     case NOP_GAP_COMMIT_REP:
-    case NOP_SYNC_REP:
         m->u1 = cons_r_u64(r);
         return 0;
+    case NOP_SYNC_REP:
+        m->u1 = cons_r_u64(r);
+        m->u2 = r->off < r->len ? cons_r_u64(r) : 0; /* NOP_SYNC_REP_* flags */
+        return m->u2 & ~(uint64_t)(NOP_SYNC_REP_DIFFERED | NOP_SYNC_REP_FULL) ? FK_EMALFORMED : 0;
+    case NOP_SYNC_SIG:
+        /* ents holds the n hashes, 8 bytes each (nop__sig_at). */
+        m->u1 = cons_r_u64(r);
+        m->lo = cons_r_u64(r);
+        m->nents = cons_r_u32(r);
+        if (r->err || m->lo == 0 || m->nents > NOP_SYNC_SIGS)
+            return FK_EMALFORMED;
+        m->ents = *r;
+        return cons_r_bytes(r, (size_t)m->nents * 8) ? 0 : FK_EMALFORMED;
     case NOP_RECOVERY:
         m->u1 = cons_r_u64(r); /* nonce */
         m->u2 = cons_r_u64(r); /* have: restored committed prefix, 0 for none */

@@ -89,6 +89,9 @@ static void enter_view(struct nop *r, int leader)
     r->last_heard = r->now;
     nop__oum_clear(r);
     memset(r->acked, 0, sizeof r->acked);
+    memset(r->hb_acked, 0, sizeof r->hb_acked);
+    memset(r->sync_out, 0, sizeof r->sync_out);
+    memset(r->need_full, 0, sizeof r->need_full);
     r->next_sync = r->now;
     nop__check_executed(r);
     nop__execute_to(r, leader ? r->log_len : r->commit, 0);

@@ -187,13 +187,16 @@ static int parse_args(struct bench *b, int argc, char **argv)
 static void report(struct bench *b)
 {
     double p50[M_COUNT], p99[M_COUNT];
-    printf("%-8s %10s %10s %10s\n", "", "p50 us", "p99 us", "vs raw");
+    printf("%-8s %10s %10s %10s %10s %10s\n", "", "p50 us", "p99 us", "p99.9 us", "mean us",
+           "vs raw");
     for (int m = 0; m < M_COUNT; m++) {
         p50[m] = median_us(b->med[m], b->rounds);
         p99[m] = (double)fk_hist_percentile(&b->all[m], 99) / 1e3;
     }
     for (int m = 0; m < M_COUNT; m++)
-        printf("%-8s %10.1f %10.1f %9.2fx\n", m_name[m], p50[m], p99[m], p50[m] / p50[M_RAW]);
+        printf("%-8s %10.1f %10.1f %10.1f %10.1f %9.2fx\n", m_name[m], p50[m], p99[m],
+               (double)fk_hist_percentile(&b->all[m], 99.9) / 1e3, fk_hist_mean(&b->all[m]) / 1e3,
+               p50[m] / p50[M_RAW]);
     printf("kv-lat: %s put_p50_us=%.1f put_p99_us=%.1f get_p50_us=%.1f get_p99_us=%.1f "
            "raw_p50_us=%.1f raw_p99_us=%.1f put_ratio=%.2f get_ratio=%.2f\n",
            b->label, p50[M_PUT], p99[M_PUT], p50[M_GET], p99[M_GET], p50[M_RAW], p99[M_RAW],

@@ -180,6 +180,32 @@ TEST(normal_operation_f_plus_one_replies)
     stop(&g);
 }
 
+/* A leader stops taking requests half a ring past its checkpoint until
+ * its followers confirmed what it executed. Synchronization is eager
+ * (SYNC_SIG once a follower is log_cap / 16 behind), so a stream of
+ * requests with no timer at all keeps being served, and the followers'
+ * commit point keeps up; with syncs only per heartbeat this stream stopped
+ * after half a ring (8 requests here) until the next tick. */
+TEST(sustained_load_needs_no_heartbeat)
+{
+    static struct group g;
+    start(&g);
+    for (int i = 1; i <= 80; i++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", i);
+        struct cons_op op = put((uint64_t)i, v);
+        multicast(&g, &op, 0);
+        CHECK_EQ_I64(g.results, i);
+    }
+    for (uint32_t i = 0; i < N; i++) {
+        struct nop_stat st;
+        nop_status(g.r[i], &st);
+        CHECK_EQ_U64(st.log_len, 80);
+        CHECK(st.commit >= 80 - 16 / 16);
+    }
+    stop(&g);
+}
+
 TEST(gap_agreement_commits_noop)
 {
     static struct group g;
