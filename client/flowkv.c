@@ -334,6 +334,29 @@ static void send_nop(flowkv *kv, struct slot *s)
     }
 }
 
+/* Sends what submissions and resends staged. kv.oum and kv.req are
+ * bandwidth-mode flows (DFI section 5.3): the requests of a burst share
+ * segments, so a pipelined burst costs one fetch-and-add at the sequencer
+ * and one write per replica (NOPaxos), or one write to the leader
+ * (Multi-Paxos), instead of one each. */
+static void flush_requests(flowkv *kv)
+{
+    if (kv->oum != NULL) {
+        int rc = flow_flush(kv->oum);
+        if (rc < 0 && rc != FK_ETIMEDOUT) { /* as in send_nop */
+            flow_source_close(kv->oum);
+            kv->oum = NULL;
+        }
+    }
+    for (uint32_t i = 0; i < kv->n; i++) {
+        struct replica *r = &kv->r[i];
+        if (r->req != NULL && flow_flush(r->req) < 0) {
+            leave(r);
+            r->retry_at = fk_now_ns() + REJOIN_NS;
+        }
+    }
+}
+
 static void send_slot(flowkv *kv, struct slot *s)
 {
     s->resend_at = fk_now_ns() + RESEND_NS;
@@ -509,6 +532,7 @@ static int pump(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline
             pump_replica(kv, i);
         uint64_t now = fk_now_ns();
         timers(kv, now);
+        flush_requests(kv);
         int n = done ? collect(kv, done, max) : 0;
         if (n > 0 || now >= deadline)
             return n;

@@ -10,7 +10,9 @@
  *              an explicit target per push);
  *   replicate: each tuple goes to every target, by one one-sided write per
  *              target or by multicast datagrams; optionally in one global
- *              order taken from a fetch-and-add sequencer (DFI section 5.4);
+ *              order taken from a fetch-and-add sequencer (DFI section 5.4):
+ *              every tuple has its own number, a segment takes the numbers
+ *              of all its tuples with one fetch-and-add of its count;
  *   combiner:  N:1, tuples aggregated per key at the target (SUM, COUNT,
  *              MIN, MAX on one column).
  * Two modes (DFI section 5.3): bandwidth (tuples batched into segments,
@@ -198,7 +200,7 @@ int flow_target_index(const flow_target *t);
 /* One consumed item. */
 struct flow_item {
     const void *tuple; /* into the target's memory; valid until the next consume */
-    uint64_t seq;      /* ordered replicate: global sequence number; FK_EGAP: the missing one */
+    uint64_t seq;      /* ordered replicate: the tuple's global number; FK_EGAP: the missing one */
     uint32_t session;  /* ordered replicate: sequencer session */
     int source;        /* source slot the tuple came from */
 };

@@ -242,6 +242,7 @@ struct flow_source {
     fab_conn *seq_conn;
     struct fab_rkey seq_counter;
     int seq_pending;    /* a fetch-and-add posted, not answered yet */
+    uint32_t seq_n;     /* the numbers it asked for */
     uint64_t seq_since; /* when it was posted */
     uint32_t session;
     struct flow__mcast *mc;
@@ -304,7 +305,7 @@ int flow__mc_push(flow_source *s, const void *tuple);
 int flow__mc_close(flow_source *s);
 
 /* ---- flow_source.c ---- */
-int flow__seq_take(flow_source *s, uint64_t *seq);
+int flow__seq_take(flow_source *s, uint32_t n, uint64_t *seq);
 
 /* ---- flow_combiner.c ---- */
 int flow__comb_init(flow_target *t);

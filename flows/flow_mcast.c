@@ -547,7 +547,7 @@ int flow__mc_push(flow_source *s, const void *tuple)
         return rc;
     struct mc_hdr h = {.type = MC_DATA, .src_id = m->id, .sseq = m->sent};
     if (s->desc.opts.ordered) {
-        rc = flow__seq_take(s, &h.gseq);
+        rc = flow__seq_take(s, 1, &h.gseq);
         if (rc < 0)
             return rc;
         h.session = s->session;

@@ -4,11 +4,15 @@
  * OSDI 2016 section 4).
  *
  * Every segment carries (session, seq) taken from the sequencer by one
- * fetch-and-add. Each source's ring holds its segments in increasing seq, so
- * the next deliverable segment is always at the head of some ring: the
- * target scans the heads and delivers the one with seq == expected, in place
- * (no copy). A head with an older session or seq is a late duplicate and is
- * dropped. When a later seq is visible but expected has not come for
+ * fetch-and-add of its tuple count: its tuples are numbered seq, seq + 1,
+ * ..., so a bandwidth-mode segment of many tuples costs one round trip to
+ * the sequencer and every tuple still has its own number (NOPaxos numbers
+ * each message). Each source's ring holds its segments in increasing seq,
+ * so the next deliverable tuple is always at the head of some ring: the
+ * target scans the heads and delivers the one numbered expected, in place
+ * (no copy). A head with an older session or number is a late duplicate
+ * and is dropped (the part of a segment already reported as a gap is
+ * skipped). When a later seq is visible but expected has not come for
  * gap_timeout_ns, the consumer gets FK_EGAP(expected) and the flow moves on;
  * a head with a newer session ends the old one: the consumer gets
  * FK_ESESSION and numbering restarts at 0.
@@ -60,8 +64,13 @@ static void scan_heads(flow_target *t, struct scan *sc)
         uint64_t st;
         while (flow__head_state(t, i, &st)) {
             struct flow__slot *s = &t->slots[i];
-            uint64_t seq = flow__footer_of(t, flow__seg(t, i, s->head))->seq;
+            uint64_t first = flow__footer_of(t, flow__seg(t, i, s->head))->seq;
+            uint64_t seq = first + s->pos; /* the head tuple's number */
             uint32_t sess = FOOT_SESSION(st);
+            if (sess == o->session && seq < o->expected && o->expected < first + FOOT_COUNT(st)) {
+                s->pos = (uint32_t)(o->expected - first); /* its start was reported as a gap */
+                seq = o->expected;
+            }
             if (sess < o->session || (sess == o->session && seq < o->expected)) {
                 flow__release_head(t, i); /* late duplicate or old session */
                 continue;
@@ -99,10 +108,9 @@ int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline)
         item->seq = o->expected;
         item->session = o->session;
         item->source = (int)i;
-        if (++s->pos == FOOT_COUNT(st)) {
+        o->expected++;
+        if (++s->pos == FOOT_COUNT(st))
             t->release_slot = (int)i;
-            o->expected++;
-        }
         o->wait_since = 0;
         return 0;
     }

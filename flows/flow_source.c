@@ -289,34 +289,38 @@ static void seq_rediscover(flow_source *s)
     }
 }
 
-/* Takes the next global sequence number with one fetch-and-add at the
- * sequencer; moves to a new sequencer (new session) if this one is gone.
+/* Takes the next n global sequence numbers (seq .. seq + n - 1) with one
+ * fetch-and-add at the sequencer; moves to a new sequencer (new session) if this one is gone.
  * FK_ETIMEDOUT: the sequencer did not answer within the source's timeout;
  * the fetch-and-add stays posted and the next take collects it (its number
  * is ours whenever it comes). FK_EUNREACHABLE: no sequencer answered. */
-int flow__seq_take(flow_source *s, uint64_t *seq)
+int flow__seq_take(flow_source *s, uint32_t n, uint64_t *seq)
 {
     uint64_t deadline = fk_now_ns() + s->timeout_ns;
+    /* A posted fetch-and-add reserved seq_n numbers: its segment may not
+     * grow until it is answered (replicate_push seals it first). */
+    assert(n >= 1 && (!s->seq_pending || s->seq_n == n));
     for (unsigned backoff = 1;; backoff = backoff < 64 ? backoff * 2 : 64) {
         int rc = s->seq_conn ? 0 : seq_connect(s);
         if (rc == 0 && !s->seq_pending) {
-            rc = fab_post_faa(s->seq_conn, s->seq_counter.addr, s->seq_counter.key, 1, 0, 0);
+            rc = fab_post_faa(s->seq_conn, s->seq_counter.addr, s->seq_counter.key, n, 0, 0);
             s->seq_pending = rc == 0;
+            s->seq_n = n;
             s->seq_since = fk_now_ns();
         }
         while (rc == 0) {
             struct fab_wc wc;
-            int n = fab_poll(s->seq_conn, &wc, 1);
+            int got = fab_poll(s->seq_conn, &wc, 1);
             uint64_t now = fk_now_ns();
-            if (n == 1) {
+            if (got == 1) {
                 s->seq_pending = 0;
                 if (wc.status == 0) {
                     *seq = wc.value;
                     return 0;
                 }
                 rc = wc.status;
-            } else if (n < 0) {
-                rc = n;
+            } else if (got < 0) {
+                rc = got;
             } else if (now - s->seq_since >= FLOW__SEQ_STALL_NS) {
                 rc = FK_ETIMEDOUT; /* given up: reconnect, maybe elsewhere */
             } else if (now >= deadline) {
@@ -505,8 +509,9 @@ static int replicate_seal(flow_source *s, uint64_t flags)
 {
     uint64_t seq = 0;
     int rc = 0;
-    if (s->desc.opts.ordered && (s->rfill > 0 || !(flags & FOOT_END)))
-        rc = flow__seq_take(s, &seq);
+    assert(!(flags & FOOT_END) || s->rfill == 0 || !s->desc.opts.ordered);
+    if (s->desc.opts.ordered && !(flags & FOOT_END))
+        rc = flow__seq_take(s, s->rfill > 0 ? s->rfill : 1, &seq);
     if (rc < 0 && !(flags & FOOT_END)) {
         /* No sequence number: nothing was sent. Latency mode: the segment
          * is the tuple being pushed, and the push fails (the caller may
@@ -561,8 +566,10 @@ static int replicate_push(flow_source *s, const void *tuple)
 {
     int live = 0;
     replicate_reattach(s);
-    if (s->rfill == s->geom.tuples_per_seg) {
-        int rc = replicate_seal(s, 0); /* a full segment whose seal failed */
+    if (s->rfill == s->geom.tuples_per_seg || (s->seq_pending && s->rfill > 0)) {
+        /* A segment whose seal failed (full, or flushed while the
+         * sequencer was slow: its numbers are reserved for its count). */
+        int rc = replicate_seal(s, 0);
         if (rc < 0)
             return rc;
     }
@@ -688,7 +695,17 @@ static int send_ends(flow_source *s)
 {
     int rc = 0;
     if (s->desc.opts.kind == FLOW_REPLICATE) {
-        rc = replicate_seal(s, FOOT_END);
+        if (s->desc.opts.ordered && s->rfill > 0) {
+            /* The last tuples take their numbers first; end-of-flow takes
+             * none. Tuples that got no number are never delivered. */
+            rc = replicate_seal(s, 0);
+            for (uint32_t k = 0; k < s->desc.ntargets; k++)
+                s->t[k].fill = 0;
+            s->rfill = 0;
+        }
+        int r = replicate_seal(s, FOOT_END);
+        if (rc == 0)
+            rc = r;
     } else {
         for (uint32_t k = 0; k < s->desc.ntargets; k++) {
             uint8_t *stage;

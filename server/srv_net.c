@@ -136,6 +136,17 @@ static void connect_peers(struct srv_net *net)
     }
 }
 
+/* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
+ * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
+ * each way); kv.oum: 8 segments of 8 requests per client (141 KiB, what
+ * latency mode's 64 one-request segments took). */
+#define SRV_NET_SEGS      32
+#define SRV_NET_PEER_SEG  (8 * FKC_PEER_TUPLE)
+#define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
+#define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
+#define SRV_NET_OUM_SEGS  8
+#define SRV_NET_OUM_SEG   (8 * FKC_OUM_TUPLE)
+
 static void connect_oum(struct srv_net *net)
 {
     if (net->session_joined)
@@ -151,7 +162,12 @@ static void connect_oum(struct srv_net *net)
     for (uint32_t i = 0; i < net->n; i++)
         targets[i] = c->nodes[i].address;
     struct flow_opts o;
-    flow_opts_default(&o, FLOW_REPLICATE, FLOW_LATENCY);
+    /* Bandwidth mode: a client's burst of requests shares a segment and one
+     * fetch-and-add of its count (flow_order.c); it flushes before it
+     * waits (client/flowkv.c). */
+    flow_opts_default(&o, FLOW_REPLICATE, FLOW_BANDWIDTH);
+    o.segment_bytes = SRV_NET_OUM_SEG;
+    o.segments = SRV_NET_OUM_SEGS;
     o.ordered = 1;
     o.max_sources = FKC_CLIENTS_MAX;
     snprintf(o.sequencer, sizeof(o.sequencer), "%s", c->nodes[seq_node].address);
@@ -291,18 +307,29 @@ static int declare_own(struct srv_net *net)
     char name[FLOW_NAME_MAX];
     struct flow_schema sc;
     struct flow_opts o;
-    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    /* Replica to replica: bandwidth mode, flushed once per batch of the
+     * event loop (srv_net_flush). */
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH);
+    o.segment_bytes = SRV_NET_PEER_SEG;
+    o.segments = SRV_NET_SEGS;
     o.max_sources = CONS_REPLICAS_MAX;
     int rc = flow_msg_schema(&sc, FKC_PEER_TUPLE);
     flow_name(name, sizeof(name), FKC_FLOW_PEER, net->id);
     if (rc == 0)
         rc = flow_declare(net->node, name, &sc, 0, &self, 1, &o);
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH); /* flushed per burst, as kv.oum */
+    o.segment_bytes = SRV_NET_REQ_SEG;
+    o.segments = SRV_NET_SEGS;
     o.max_sources = FKC_CLIENTS_MAX;
     if (rc == 0)
         rc = flow_msg_schema(&sc, FKC_REQ_TUPLE);
     flow_name(name, sizeof(name), FKC_FLOW_REQ, net->id);
     if (rc == 0)
         rc = flow_declare(net->node, name, &sc, 0, &self, 1, &o);
+    /* Replies: bandwidth mode too, one segment per client per batch. */
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH);
+    o.segment_bytes = SRV_NET_REPLY_SEG;
+    o.segments = SRV_NET_SEGS;
     o.max_sources = 1;
     o.max_targets = FKC_REPLY_MAX;
     if (rc == 0)
@@ -470,6 +497,17 @@ void srv_net_tick(struct srv_net *net, uint64_t now)
             net->oum_t = t;
         }
     }
+}
+
+void srv_net_flush(struct srv_net *net)
+{
+    for (uint32_t j = 0; j < net->n; j++) {
+        struct peer *p = &net->peers[j];
+        if (p->src != NULL && flow_flush(p->src) < 0)
+            net->st.dropped++;
+    }
+    if (net->reply_s != NULL && flow_flush(net->reply_s) < 0)
+        net->st.dropped++;
 }
 
 int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t len)

@@ -89,6 +89,13 @@ int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t le
 int srv_net_to_client(struct srv_net *net, uint64_t client_id, uint8_t kind, const void *buf,
                       size_t len);
 
+/* Sends what srv_net_to_peer and srv_net_to_client staged. Replies and
+ * peer messages travel on bandwidth-mode flows (DFI section 5.3): the
+ * messages of one batch of the event loop share segments, one write per
+ * client and per peer, instead of one write each; the loop calls this at
+ * the end of every batch. Failures count as dropped sends. */
+void srv_net_flush(struct srv_net *net);
+
 /* Whether this replica can take sequenced requests yet (NOPaxos: joined
  * kv.oum). Always 1 for Multi-Paxos. */
 int srv_net_oum_ready(const struct srv_net *net);

@@ -265,11 +265,16 @@ static int batch(struct srv_node *n, int txn_open)
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
     }
+    /* Messages first, then the LMDB commit: in async durability nothing
+     * the messages promise waits for it (srv_disk.h). */
+    srv_net_flush(n->net);
     if (rc < 0) {
         srv_disk_abort(n->disk);
         return rc;
     }
-    return commit_batch(n);
+    rc = commit_batch(n);
+    srv_net_flush(n->net); /* what the commit released (durable mode) */
+    return rc;
 }
 
 int srv_node_run(struct srv_node *n)

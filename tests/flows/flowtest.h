@@ -249,14 +249,10 @@ static void *ft_target_body(struct ft_ctx *x, flow_target **tp_out)
         if (tp->src >= FT_MAX_SRC || tp->check != ft_check(tp->key, tp->src, tp->n))
             FT_FAIL(x);
         /* One global order without holes: a sequence number per tuple in
-         * latency mode, per segment (shared by its tuples) in bandwidth mode. */
-        if (ordered && sp->opts.mode == FLOW_LATENCY && it.seq != want_seq++)
+         * both modes (a bandwidth-mode segment takes its tuple count in one
+         * fetch-and-add, flow_order.c). */
+        if (ordered && it.seq != want_seq++)
             FT_FAIL(x);
-        if (ordered && sp->opts.mode == FLOW_BANDWIDTH) {
-            if (it.seq != want_seq && !(x->rep.count > 0 && it.seq + 1 == want_seq))
-                FT_FAIL(x);
-            want_seq = it.seq + 1;
-        }
         if (tp->n != next[tp->src]) { /* FIFO per source; replicate: every tuple */
             if (tp->n < next[tp->src] || (sp->opts.kind == FLOW_REPLICATE && !lossy))
                 FT_FAIL(x);

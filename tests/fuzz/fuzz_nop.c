@@ -274,6 +274,14 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
         u = 1 + (uint64_t)next(c);
         put_log(&w, c, u, SEG_MAX);
         break;
+    case NOP_SYNC_SIG: /* commit, lo, n entry hashes (mostly not this log's) */
+        cons_w_u64(&w, next(c));
+        cons_w_u64(&w, 1 + (uint64_t)next(c));
+        u = next(c) % 8;
+        cons_w_u32(&w, (uint32_t)u);
+        for (uint64_t i = 0; i < u; i++)
+            cons_w_u64(&w, next(c));
+        break;
     case NOP_VC:
         u = next(c);
         cons_w_u64(&w, nop__pack((struct nop_view){(uint32_t)(u >> 2), (uint32_t)(u & 3)}));

