@@ -2,11 +2,14 @@
 # deploy/run-local.sh: a local flowkv cluster in the foreground (`make run`).
 #
 #   deploy/run-local.sh [-p nopaxos|multipaxos] [-n REPLICAS] [-d DIR] [-P BASEPORT]
+#                       [-D sync|async]
 #
 # Writes DIR/cluster.conf (default ./run) the first time, with a random
 # token, replicas on 127.0.0.1:BASEPORT.. over the TCP fabric and data in
-# DIR/data/<id>; later runs with the same protocol and size restart the
-# replicas from their data (a different protocol or size starts a new
+# DIR/data/<id>, durability sync (-D async: a write is acknowledged once
+# replicated in memory, LMDB is written behind; common/fk_conf.h); later
+# runs with the same protocol and size restart the replicas from their data
+# (a different protocol or size starts a new
 # cluster: the old directory is moved to DIR.old-<time>). Replica logs go to
 # stdout prefixed with [rN] and to DIR/log/<id>.log. Ctrl-C (or SIGTERM)
 # stops every replica with SIGTERM (they drain and close LMDB), waits for
@@ -17,17 +20,22 @@ proto=nopaxos
 replicas=3
 dir=run
 base=7100
-while getopts "p:n:d:P:h" opt; do
+durability=sync
+while getopts "p:n:d:P:D:h" opt; do
     case $opt in
     p) proto=$OPTARG ;;
     n) replicas=$OPTARG ;;
     d) dir=$OPTARG ;;
     P) base=$OPTARG ;;
-    *) sed -n '2,13p' "$0"; exit 2 ;;
+    D) durability=$OPTARG ;;
+    *) sed -n '2,15p' "$0"; exit 2 ;;
     esac
 done
 case $proto in nopaxos | multipaxos) ;; *)
     echo "run-local: protocol '$proto': nopaxos or multipaxos" >&2; exit 2 ;;
+esac
+case $durability in sync | async) ;; *)
+    echo "run-local: durability '$durability': sync or async" >&2; exit 2 ;;
 esac
 case $replicas in 3 | 5 | 7) ;; *)
     echo "run-local: replicas '$replicas': 3, 5 or 7" >&2; exit 2 ;;
@@ -57,7 +65,7 @@ if [ ! -f "$conf" ]; then
         echo "; flowkv cluster written by deploy/run-local.sh (format: common/fk_conf.h)"
         echo "[cluster]"
         echo "protocol   = $proto"
-        echo "durability = sync"
+        echo "durability = $durability"
         echo "token      = $token"
         # Every replica may take over the NOPaxos sequencer, in this order.
         echo "sequencers = $(seq -s ', ' 0 $((replicas - 1)))"

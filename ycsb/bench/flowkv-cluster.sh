@@ -5,7 +5,8 @@
 #   flowkv-cluster.sh start <dir> <nopaxos|multipaxos> [replicas]
 #       starts a fresh cluster (replicas: 3, 5 or 7; default 3) under
 #       <dir>/cluster, waits until every replica answers (at most
-#       READY_WAIT_S), prints the cluster file's path
+#       READY_WAIT_S), prints the cluster file's path; DURABILITY=async
+#       (default sync) is passed to run-local.sh -D
 #   flowkv-cluster.sh stop <dir>
 #       stops exactly the cluster started with this <dir>
 #
@@ -99,7 +100,7 @@ start_once() {
     base=$(pick_base "$n") || die "no free ports in [$PORT_LO, $PORT_HI)"
     rm -rf "$dir/cluster"
     "$root/deploy/run-local.sh" -p "$proto" -n "$n" -d "$dir/cluster" -P "$base" \
-        </dev/null >"$dir/run-local.log" 2>&1 &
+        -D "${DURABILITY:-sync}" </dev/null >"$dir/run-local.log" 2>&1 &
     pid=$!
     echo "$pid" >"$dir/pid"
     for ((i = 0; i < READY_WAIT_S * 5; i++)); do
