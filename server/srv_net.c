@@ -138,13 +138,15 @@ static void connect_peers(struct srv_net *net)
 
 /* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
  * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
- * each way); kv.oum: 8 segments of 8 requests per client (141 KiB, what
- * latency mode's 64 one-request segments took). */
+ * each way); kv.oum: 32 segments of 8 requests per client (566 KiB: a
+ * bandwidth-mode source reads the consumed counter once half its ring is
+ * in flight, one read per 16 segments here; with 8 segments, one per 4
+ * and 5% less throughput). */
 #define SRV_NET_SEGS      32
 #define SRV_NET_PEER_SEG  (8 * FKC_PEER_TUPLE)
 #define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
 #define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
-#define SRV_NET_OUM_SEGS  8
+#define SRV_NET_OUM_SEGS  32
 #define SRV_NET_OUM_SEG   (8 * FKC_OUM_TUPLE)
 
 static void connect_oum(struct srv_net *net)
