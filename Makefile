@@ -305,12 +305,21 @@ bench-rdma-baseline: deps
 
 # ---- fault-injection suite (tests/faults) ---------------------------------
 # tests/integration/test_faults.sh runs each fault scenario (leader crash,
-# follower restart, partition, packet loss, sequencer failover,
-# whole-cluster restart) for both protocols on 3 replicas in network
+# follower restart, partition, packet loss, packet delay, sequencer
+# failover, whole-cluster restart) for both protocols on 3 replicas in network
 # namespaces (root, ip netns, nft), under kv_history's recorded workload,
 # every history through the linearizability checker. It is part of `make
 # test` (about 2.5 minutes); `make test-faults` runs it alone, and
 # FX_ONLY=REGEX picks scenarios.
+# Its packet delay: tests/faults/nfq_delay (libnetfilter_queue; this kernel
+# has no sch_netem), built with the tests.
+NFQ_DELAY := $(BUILD)/tests-aux/nfq_delay
+$(NFQ_DELAY): tests/faults/nfq_delay.c
+	@mkdir -p $(@D)
+	@echo "  CC      $@"
+	$(Q)$(CC) -std=gnu11 $(WARN) $(CFLAGS) $$(pkg-config --cflags libnetfilter_queue) -o $@ $< \
+	    $$(pkg-config --libs libnetfilter_queue)
+tests: $(NFQ_DELAY)
 .PHONY: test-faults
 test-faults: deps
 	@$(MAKE) --no-print-directory all tests

@@ -14,9 +14,12 @@ BUILD_PKGS="build-essential make pkg-config libibverbs-dev librdmacm-dev libuv1-
 libxxhash-dev liblmdb-dev libinih-dev libsodium-dev libcurl4-openssl-dev"
 # Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
 # lint and fuzz tooling, etcd (the YCSB etcd binding's peer and etcdctl),
-# gnuplot (make bench's p95-against-throughput plot).
+# gnuplot (make bench's p95-against-throughput plot), nftables (the fault
+# suite's loss and partitions), iptables and libnetfilter-queue (its packet
+# delay: the NFQUEUE target and tests/faults/nfq_delay, this kernel having
+# no sch_netem).
 TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2
-etcd-server etcd-client gnuplot-nox nftables"
+etcd-server etcd-client gnuplot-nox nftables iptables libnetfilter-queue-dev"
 # Soft-RoCE VM tier (tests/rdma-vm): qemu boots Debian's kernel (fetched with
 # apt-get download) with a busybox initramfs; the guest runs the host's
 # rdma-core, iproute2 (rdma, ip netns) and perftest over 9p.

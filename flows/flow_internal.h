@@ -70,8 +70,17 @@
 /* A joining target that finds the flow full probes each joined member this
  * long before reclaiming its index. */
 #define FLOW__PROBE_NS (200ULL * 1000000ULL)
-/* After a failed attach to a joined target, the next try waits this long. */
+/* Attaching to a target that joined after the source opened (a client of
+ * a service) is a connection, the token handshake and one call: several
+ * round trips, which a push timeout of a few milliseconds (a replica's
+ * replies) does not cover once the network has any delay. So that attach
+ * gets at least FLOW__JOIN_ATTACH_NS; after a failure the next try waits
+ * FLOW__REATTACH_NS, doubling per failure up to 256 times that (5 s), so a
+ * member that cannot be reached costs the pushing thread at most a few
+ * percent of its time. */
+#define FLOW__JOIN_ATTACH_NS (500ULL * 1000000ULL)
 #define FLOW__REATTACH_NS    (20ULL * 1000000ULL)
+#define FLOW__REATTACH_SHIFT 8
 #define FLOW__DEFAULT_GAP_NS (50ULL * 1000000ULL)
 
 struct flow__footer {
@@ -205,6 +214,7 @@ struct flow_target {
 struct flow__starget {
     int state;         /* 0 = not attached, 1 = attached, 2 = gone, 3 = attach failed (retry_at) */
     uint64_t retry_at; /* state 3: no new attach before this time (ns) */
+    uint32_t fails;    /* attaches to a joined member that failed in a row */
     fab_conn *conn;
     int32_t slot;
     struct fab_rkey ring;

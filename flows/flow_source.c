@@ -445,7 +445,10 @@ static int ensure_target(flow_source *s, int k)
             continue;
         detach_one(s, (int)j);
         s->t[j].state = 0;
+        s->t[j].fails = 0;
     }
+    if (strcmp(d.targets[k], s->desc.targets[k]) != 0)
+        s->t[k].fails = 0; /* a new member: no backoff from the old one */
     s->desc.ntargets = d.ntargets;
     s->desc.version = d.version;
     s->desc.epoch = d.epoch;
@@ -453,14 +456,19 @@ static int ensure_target(flow_source *s, int k)
     detach_one(s, k);
     if (alloc_stages(s, k) < 0)
         return FK_ENOMEM;
-    if (attach_one(s, k, now + s->timeout_ns) == 0)
+    uint64_t budget = s->timeout_ns > FLOW__JOIN_ATTACH_NS ? s->timeout_ns : FLOW__JOIN_ATTACH_NS;
+    if (attach_one(s, k, now + budget) == 0) {
+        s->t[k].fails = 0;
         return 0;
-    /* A member that did not answer within this source's timeout (a busy
-     * machine, a slow handshake) has not departed: writing it off would
-     * drop everything pushed to its index for good. It is tried again,
-     * at most once per FLOW__REATTACH_NS so that pushes stay cheap. */
+    }
+    /* A member that did not answer (a busy machine, a slow handshake) has
+     * not departed: writing it off would drop everything pushed to its
+     * index for good. It is tried again after a backoff
+     * (FLOW__REATTACH_NS doubling), so that pushes stay cheap. */
+    uint32_t sh = s->t[k].fails < FLOW__REATTACH_SHIFT ? s->t[k].fails : FLOW__REATTACH_SHIFT;
+    s->t[k].fails++;
     s->t[k].state = 3;
-    s->t[k].retry_at = now + FLOW__REATTACH_NS;
+    s->t[k].retry_at = fk_now_ns() + (FLOW__REATTACH_NS << sh);
     return FK_ECLOSED;
 }
 

@@ -21,8 +21,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SRV_NET_PUSH_NS (2ULL * 1000000ULL)  /* longest a push may block */
-#define SRV_NET_OPEN_NS (20ULL * 1000000ULL) /* longest a source open may block */
+#define SRV_NET_PUSH_NS (2ULL * 1000000ULL) /* longest a push may block */
+/* Longest a source open towards a peer may take (the connector thread: the
+ * event loop does not wait for it): several round trips, which must fit
+ * a network with some delay. */
+#define SRV_NET_OPEN_NS (1000ULL * 1000000ULL)
 /* srv_net_open's own opens, before the event loop runs: a replica that
  * starts while its peers are busy (a restart under load) must not give up
  * after SRV_NET_OPEN_NS. */

@@ -20,6 +20,13 @@
 #   nsc_loss PERCENT        random drop of PERCENT% of the packets on every
 #                           host's wire, input and output (so a host-to-host
 #                           packet crosses two drop points); 0 removes it
+#   nsc_delay MS JITTER     every host's and the client's outgoing packets
+#                           on eth0 held MS ms plus 0..JITTER ms, in order
+#                           (so a host-to-host packet is delayed once); 0
+#                           removes it. This kernel has no sch_netem: an
+#                           iptables NFQUEUE rule (--queue-bypass) hands them
+#                           to $NFQ (tests/faults/nfq_delay.c) in that
+#                           namespace, which lets each go when due
 #   nsc_seq_fail            kills the replica hosting the NOPaxos sequencer
 #                           (the first entry of `sequencers`); NSC_SEQ = its id
 #   nsc_client CMD...       runs CMD in the client namespace
@@ -41,8 +48,9 @@
 # nft rule), so no packet can leave these namespaces. nft tables live in the
 # host namespaces and go away with them.
 #
-# Needs root, iproute2 (ip netns) and nftables (nft), and SERVER / CLI set to
-# the flowkv-server and flowkv binaries.
+# Needs root, iproute2 (ip netns), nftables (nft) and iptables (legacy, for
+# NFQUEUE), and SERVER / CLI / NFQ set to the flowkv-server, flowkv and
+# nfq_delay binaries.
 
 NSC_PORT=7100
 NSC_RUNID=""
@@ -57,6 +65,7 @@ NSC_PROTO=""
 NSC_HOSTS=()
 NSC_ADDR=()
 declare -A NSC_PID=()
+declare -A NSC_DELAY_PID=()
 
 nsc__host() { echo "fk$NSC_RUNID-h$1"; }
 
@@ -248,6 +257,31 @@ EOF
     return $rc
 }
 
+nsc_delay() {
+    local ms=$1 jit=${2:-0} ns p rc=0 k
+    local rule=(OUTPUT -o eth0 -j NFQUEUE --queue-num 0 --queue-bypass)
+    for ns in "${NSC_HOSTS[@]}" "$NSC_CL"; do
+        [ -n "$ns" ] || continue
+        while ip netns exec "$ns" iptables-legacy -D "${rule[@]}" 2>/dev/null; do :; done
+        p=${NSC_DELAY_PID[$ns]:-}
+        if [ -n "$p" ]; then
+            kill -TERM "$p" 2>/dev/null
+            for k in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+            kill -KILL "$p" 2>/dev/null
+            wait "$p" 2>/dev/null
+            unset "NSC_DELAY_PID[$ns]"
+        fi
+        [ "$ms" -gt 0 ] || continue
+        ip netns exec "$ns" "$NFQ" 0 "$ms" "$jit" >"$NSC_DIR/delay-$ns.log" 2>&1 &
+        NSC_DELAY_PID[$ns]=$!
+        # Bound to its queue before the rule sends anything there.
+        for k in $(seq 50); do grep -q "^nfq_delay: queue" "$NSC_DIR/delay-$ns.log" && break; sleep 0.1; done
+        grep -q "^nfq_delay: queue" "$NSC_DIR/delay-$ns.log" &&
+            ip netns exec "$ns" iptables-legacy -A "${rule[@]}" || rc=1
+    done
+    return $rc
+}
+
 nsc_seq_fail() {
     NSC_SEQ=$(sed -n 's/^sequencers *= *\([0-9]*\).*/\1/p' "$NSC_CONF")
     NSC_SEQ=${NSC_SEQ:-0}
@@ -287,6 +321,7 @@ nsc_wait_serving() {
 nsc_down() {
     local ns p
     nsc_kill_all
+    nsc_delay 0
     [ -n "$NSC_RUNID" ] || return 0
     for ns in $(ip netns list 2>/dev/null | awk -v p="^fk$NSC_RUNID-" '$1 ~ p { print $1 }'); do
         # Anything still inside (a client this suite started) goes first,

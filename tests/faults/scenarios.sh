@@ -21,13 +21,14 @@
 # Knobs (environment): FX_SECONDS workload length (default 8), FX_CLIENTS
 # (4), FX_KEYS (8), FX_FAULT_AT seconds into the workload (2), FX_PART_S
 # partition length (3), FX_DOWN_S follower downtime (2), FX_LOSS percent (5),
+# FX_DELAY_MS and FX_JITTER_MS the delay per packet (5 ms + 0..5 ms),
 # FX_TIMEOUT_MS client timeout per operation (1000; under loss
 # FX_LOSS_TIMEOUT_MS, 3000), FX_SIDE_WRITES the kv_check writer's count
 # (1500), FX_KEEP where failed scenarios leave their logs (FX_KEEP_ALL=1:
 # every scenario).
 
 # shellcheck disable=SC2034 # read by test_faults.sh
-FX_SCENARIOS="leader-crash follower-restart leader-partition loss sequencer-failover cluster-restart"
+FX_SCENARIOS="leader-crash follower-restart leader-partition loss delay sequencer-failover cluster-restart"
 FX_SECONDS=${FX_SECONDS:-8}
 FX_CLIENTS=${FX_CLIENTS:-4}
 FX_KEYS=${FX_KEYS:-8}
@@ -35,6 +36,8 @@ FX_FAULT_AT=${FX_FAULT_AT:-2}
 FX_PART_S=${FX_PART_S:-3}
 FX_DOWN_S=${FX_DOWN_S:-2}
 FX_LOSS=${FX_LOSS:-5}
+FX_DELAY_MS=${FX_DELAY_MS:-5}
+FX_JITTER_MS=${FX_JITTER_MS:-5}
 FX_TIMEOUT_MS=${FX_TIMEOUT_MS:-1000}
 # Under loss a lost SYN alone costs 1 s (TCP's first retransmission), so
 # the clients there get a longer per-operation timeout.
@@ -49,6 +52,7 @@ fx__label() {
     follower-restart) echo "follower crash, restart from disk" ;;
     leader-partition) echo "leader partitioned into a minority, healed" ;;
     loss) echo "${FX_LOSS}% packet loss on every host" ;;
+    delay) echo "${FX_DELAY_MS} ms + 0..${FX_JITTER_MS} ms delay on every host's packets" ;;
     sequencer-failover)
         if [ "$1" = nopaxos ]; then echo "sequencer failover (kill -9 replica 0, the sequencer)"; else
             echo "replica 0 kill -9 (sequencer-failover slot; Multi-Paxos has no sequencer)"
@@ -205,10 +209,10 @@ fx__inject() {
         FX_NOTE="leader $l cut off ${FX_PART_S}s"
         FX_AFTER="fx__caught_up $l"
         ;;
-    loss)
-        # The loss was set before the workload started (fx_run) and the
-        # stamp taken then; it stays for the whole workload.
-        FX_NOTE="loss on for the whole workload"
+    loss | delay)
+        # Set before the workload started (fx_run) and the stamp taken
+        # then; it stays for the whole workload.
+        FX_NOTE="$sc on for the whole workload"
         ;;
     sequencer-failover)
         nsc_seq_fail
@@ -272,7 +276,12 @@ fx_run() {
         nsc_loss "$FX_LOSS" || fx__why "nft could not set ${FX_LOSS}% loss"
         fx__stamp "$d"
     fi
-    fx__workload_start "$d" "$([ "$sc" = loss ] && echo "$FX_LOSS_TIMEOUT_MS" || echo "$FX_TIMEOUT_MS")"
+    if [ "$sc" = delay ]; then
+        nsc_delay "$FX_DELAY_MS" "$FX_JITTER_MS" ||
+            fx__why "could not delay packets (iptables NFQUEUE, $NFQ): $(cat "$d"/delay-*.log 2>/dev/null | tr '\n' ' ')"
+        fx__stamp "$d"
+    fi
+    fx__workload_start "$d" "$(case $sc in loss | delay) echo "$FX_LOSS_TIMEOUT_MS" ;; *) echo "$FX_TIMEOUT_MS" ;; esac)"
     if [ "$sc" = cluster-restart ]; then
         # A fixed count (about 1 s of writes before the fault and a few
         # after), so that it ends by itself and closes its handle: a client
@@ -294,6 +303,7 @@ fx_run() {
         case $i in 124 | 137) fx__why "the kv_check writer did not end within $((FX_SECONDS + 20)) s" ;; esac
     fi
     nsc_loss 0
+    nsc_delay 0
     nsc_heal
     # A replica this scenario left running must still run; a restarted or
     # healed one must catch up.

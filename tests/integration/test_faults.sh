@@ -4,11 +4,12 @@
 # 3-replica cluster whose replicas and client live in their own network
 # namespaces (tests/faults/netns.sh): leader crash, follower crash and
 # restart from disk, leader partitioned into a minority, packet loss on
-# every host, sequencer failover, whole-cluster restart. One check per
+# every host, packet delay on every host, sequencer failover, whole-cluster
+# restart. One check per
 # scenario and protocol, naming the operations completed, the
 # unavailability window and the violations (must be 0); a table of them
-# closes the output. Needs root, ip netns and nft: without them every
-# scenario fails (nothing is skipped).
+# closes the output. Needs root, ip netns, nft and iptables-legacy: without
+# them every scenario fails (nothing is skipped).
 #
 # FX_ONLY=REGEX runs only the PROTO:SCENARIO pairs it matches, e.g.
 # FX_ONLY='nopaxos:leader-crash'; the knobs of scenarios.sh apply.
@@ -21,6 +22,7 @@ SERVER=$B/bin/flowkv-server
 CLI=$B/bin/flowkv
 KV=$B/tests-aux/kv_check
 KVH=$B/tests-aux/kv_history
+NFQ=$B/tests-aux/nfq_delay
 . "$ROOT/tests/faults/netns.sh"
 . "$ROOT/tests/faults/scenarios.sh"
 
@@ -44,8 +46,8 @@ trap 'exit 143' TERM INT
 export FLOWKV_LOG=${FLOWKV_LOG:-info}
 
 missing=""
-for tool in ip nft timeout; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
-for prog in "$SERVER" "$CLI" "$KV" "$KVH"; do [ -x "$prog" ] || missing="$missing $prog"; done
+for tool in ip nft iptables-legacy timeout; do command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"; done
+for prog in "$SERVER" "$CLI" "$KV" "$KVH" "$NFQ"; do [ -x "$prog" ] || missing="$missing $prog"; done
 [ "$(id -u)" -eq 0 ] || missing="$missing root"
 nsc_reap_stale
 
