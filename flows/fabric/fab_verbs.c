@@ -382,10 +382,14 @@ int fab__verbs_spin(unsigned iter)
  * microsecond; until VB_YIELD_NS more it yields first; after that it
  * sleeps to the next doorbell tick (about 1 ms), unless the progress
  * thread rings. fab.h's waiting protocol (read the doorbell, check memory,
- * wait) tolerates such early returns. 100 us covers a round trip on RoCE
- * (a few us on hardware, 40 to 60 us on rxe under TCG) so a ping-pong
- * never sleeps; a long wait costs a core about 15% of the time. */
-#define VB_SPIN_NS  (100 * FK_NSEC_PER_USEC)
+ * wait) tolerates such early returns. 400 us covers a round trip on RoCE
+ * (a few us on hardware, 40 to 60 us on rxe under TCG, several times that
+ * when the guest is briefly descheduled) so a ping-pong never sleeps:
+ * make bench-rdma's latency ratio read 1.44, 1.95 (and 1.23, 2.06, 1.77
+ * before) with 100 us, 1.24, 1.37, 1.51, 1.29, 1.42 with 400 us. The
+ * price: a long idle wait spins 400 us of every tick, about 45% of a core
+ * (15% at 100 us), as RDMA systems that poll (DFI) spend a core anyway. */
+#define VB_SPIN_NS  (400 * FK_NSEC_PER_USEC)
 #define VB_YIELD_NS (50 * FK_NSEC_PER_USEC)
 
 /* A call more than VB_GAP_NS after this thread's previous one starts a new
