@@ -273,7 +273,8 @@ static int batch(struct srv_node *n, int txn_open)
         return rc;
     }
     rc = commit_batch(n);
-    srv_net_flush(n->net); /* what the commit released (durable mode) */
+    if (rc == 1)
+        srv_net_flush(n->net); /* what CONS_IN_PERSISTED released (durable mode) */
     return rc;
 }
 

@@ -137,26 +137,34 @@ static void target_joiner(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
-TEST(elastic_targets_join_leave_index_reused)
+/* Declares name on n: one source, one target on n, room for one joined
+ * target (latency mode); home gets n's address for the joiners. */
+static void declare_joinable(flow_node *n, const char *name, char home[FAB_ADDR_MAX])
 {
-    struct ft_child c[2];
-    ft_fork(&c[0], target_joiner, NULL);
-    ft_fork(&c[1], target_joiner, NULL);
-    flow_node *n = ft_node();
     struct flow_schema sc;
     ft_schema(&sc);
     struct flow_opts o;
     flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
     o.max_targets = 2;
     const char *tg[1] = {flow_node_addr(n)};
-    CHECK_OK(flow_declare(n, "tj", &sc, 1, tg, 1, &o));
+    CHECK_OK(flow_declare(n, name, &sc, 1, tg, 1, &o));
+    memset(home, 0, FAB_ADDR_MAX);
+    snprintf(home, FAB_ADDR_MAX, "%s", flow_node_addr(n));
+}
+
+TEST(elastic_targets_join_leave_index_reused)
+{
+    struct ft_child c[2];
+    ft_fork(&c[0], target_joiner, NULL);
+    ft_fork(&c[1], target_joiner, NULL);
+    flow_node *n = ft_node();
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "tj", home);
     flow_target *t0;
     CHECK_OK(flow_target_open(n, "tj", 0, &t0));
     flow_source *s;
     CHECK_OK(flow_source_open(n, "tj", 0, 10 * FT_SEC, &s));
     CHECK_ERR(flow_push_to(s, 1, &(struct ft_tuple){0}, sizeof(struct ft_tuple)), FK_EINVAL);
-    char home[FAB_ADDR_MAX] = {0};
-    snprintf(home, sizeof(home), "%s", flow_node_addr(n));
     for (int round = 0; round < 2; round++) {
         ft_write(c[round].down[1], home, sizeof(home));
         int idx;
@@ -215,15 +223,8 @@ TEST(elastic_dead_joined_target_reclaimed_when_full)
     ft_fork(&c[0], full_joiner, (void *)1);
     ft_fork(&c[1], full_joiner, NULL);
     flow_node *n = ft_node();
-    struct flow_schema sc;
-    ft_schema(&sc);
-    struct flow_opts o;
-    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
-    o.max_targets = 2;
-    const char *tg[1] = {flow_node_addr(n)};
-    CHECK_OK(flow_declare(n, "tf", &sc, 1, tg, 1, &o));
-    char home[FAB_ADDR_MAX] = {0};
-    snprintf(home, sizeof(home), "%s", flow_node_addr(n));
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "tf", home);
     int idx;
     ft_write(c[0].down[1], home, sizeof(home));
     CHECK_OK(ft_read(c[0].up[0], &idx, sizeof(idx)));
