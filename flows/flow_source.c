@@ -37,14 +37,24 @@ static const char *target_addr(const flow_source *s, int k)
  * the address this source knew there, so that a client that died without
  * leaving does not hold its slot forever (elastic membership: a dead
  * member's slot is reclaimed). Declared targets keep their index: a
- * restarted node opens it again. */
+ * restarted node opens it again, and a unicast replicate source attaches
+ * to it again (replicate_reattach): a replica that recovers must hear the
+ * leader's accepts (Multi-Paxos) or the ordered multicast (NOPaxos
+ * section 4) again, not only from sources opened after it came back. */
 static void target_gone(flow_source *s, int k)
 {
     struct flow__starget *st = &s->t[k];
     int was_live = st->state == 1;
     st->state = 2;
-    if (!was_live || (uint32_t)k < s->desc.ntargets_declared || s->desc.targets[k][0] == '\0')
+    if (!was_live || s->desc.targets[k][0] == '\0')
         return;
+    if ((uint32_t)k < s->desc.ntargets_declared) {
+        if (s->desc.opts.kind == FLOW_REPLICATE && !s->desc.opts.multicast) {
+            st->state = 3;
+            st->retry_at = fk_now_ns() + FLOW__REPL_REATTACH_NS;
+        }
+        return;
+    }
     uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
     struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)k};
     snprintf(h.name, sizeof(h.name), "%s", s->desc.name);
@@ -551,7 +561,8 @@ static int replicate_seal(flow_source *s, uint64_t flags)
 }
 
 /* Replicate flows: attaches again, between segments, to the targets that
- * did not answer at open or at the last try, each for at most
+ * did not answer at open or at the last try, or that went away since
+ * (target_gone), each for at most
  * FLOW__REPL_ATTACH_NS and at most once per FLOW__REPL_REATTACH_NS, so
  * that a target that is down costs pushes little. */
 static void replicate_reattach(flow_source *s)
@@ -565,6 +576,10 @@ static void replicate_reattach(flow_source *s)
             continue;
         uint64_t budget =
             s->timeout_ns < FLOW__REPL_ATTACH_NS ? s->timeout_ns : FLOW__REPL_ATTACH_NS;
+        if (st->conn != NULL) { /* the connection to the node's old incarnation */
+            fab_conn_close(st->conn);
+            st->conn = NULL;
+        }
         if (attach_one(s, (int)k, now + budget) < 0)
             st->retry_at = fk_now_ns() + FLOW__REPL_REATTACH_NS;
         now = fk_now_ns();

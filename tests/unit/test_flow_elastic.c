@@ -328,6 +328,78 @@ TEST(elastic_slow_target_attached_later)
     flow_node_destroy(n);
 }
 
+/* ---- a declared replicate target that restarts --------------------------------------------- */
+
+static void push_n(flow_source *s, uint64_t from, uint64_t n)
+{
+    for (uint64_t i = from; i < from + n; i++) {
+        struct ft_tuple tp = {i, 0, i, ft_check(i, 0, i)};
+        CHECK_OK(flow_push(s, &tp, sizeof(tp)));
+    }
+}
+
+/* A replica restarts at its address and opens its target again: the
+ * leader's replicate source, open all along, must reach it again (it used
+ * to write the target off for good, so a recovered replica heard only
+ * sources opened after it came back). */
+TEST(replicate_restarted_target_reached_again)
+{
+    flow_node *a = ft_node(), *b = ft_node();
+    char baddr[FAB_ADDR_MAX] = {0};
+    snprintf(baddr, sizeof(baddr), "%s", flow_node_addr(b));
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_REPLICATE, FLOW_LATENCY);
+    o.segments = 256; /* room for every burst below */
+    const char *tg[2] = {flow_node_addr(a), baddr};
+    CHECK_OK(flow_declare(a, "rr", &sc, 1, tg, 2, &o));
+    flow_target *ta, *tb;
+    CHECK_OK(flow_target_open(a, "rr", 0, &ta));
+    CHECK_OK(flow_target_open(b, "rr", 1, &tb));
+    flow_source *s;
+    CHECK_OK(flow_source_open(a, "rr", 0, 10 * FT_SEC, &s));
+    flow_source_set_timeout(s, 50 * FK_NSEC_PER_MSEC);
+    push_n(s, 0, 100);
+    consume_n(ta, 100);
+    consume_n(tb, 100);
+    /* b restarts: same address, a new ring. */
+    flow_target_close(tb);
+    flow_node_destroy(b);
+    struct flow_node_config cfg;
+    flow_node_config_default(&cfg);
+    cfg.fabric.port = (uint16_t)atoi(strrchr(baddr, ':') + 1);
+    CHECK_OK(flow_node_create(&cfg, &b));
+    CHECK(strcmp(flow_node_addr(b), baddr) == 0);
+    CHECK_OK(flow_node_add_peer(b, flow_node_addr(a)));
+    CHECK_OK(flow_target_open(b, "rr", 1, &tb));
+    /* Pushes go on (a stays live); within a few reattach periods
+     * (FLOW__REPL_REATTACH_NS) the new ring gets them. */
+    uint64_t i = 100, deadline = fk_now_ns() + 10 * FT_SEC;
+    int reached = 0;
+    while (!reached && fk_now_ns() < deadline) {
+        push_n(s, i++, 1);
+        consume_n(ta, 1);
+        struct flow_item it;
+        int rc = flow_consume(tb, &it, 10 * FK_NSEC_PER_MSEC);
+        if (rc == FK_ETIMEDOUT)
+            continue;
+        CHECK_OK(rc);
+        const struct ft_tuple *tp = it.tuple;
+        CHECK_EQ_U64(tp->n, i - 1);
+        reached = 1;
+    }
+    CHECK_MSG(reached, "the restarted target was never attached again");
+    push_n(s, i, 50); /* and everything after */
+    consume_n(ta, 50);
+    consume_n(tb, 50);
+    CHECK_OK(flow_source_close(s));
+    flow_target_close(ta);
+    flow_target_close(tb);
+    flow_node_destroy(b);
+    flow_node_destroy(a);
+}
+
 /* ---- sequencer session change ---------------------------------------------------------------- */
 
 #define SESS_N 200
