@@ -7,20 +7,32 @@
  * only its own flows with it (DESIGN.md: no single point of failure). For
  * replica i, whose node listens at the cluster file's [node i] address:
  *
- *   kv.peer.<i>   shuffle, latency mode, N:1, no declared sources: the
+ * (Every flow here is in bandwidth mode, DFI section 5.3: what one batch
+ * of the sender's event loop or one client burst sends shares segments,
+ * flushed at the end of the batch.)
+ *
+ *   kv.peer.<i>   shuffle, N:1, no declared sources: the
  *                 other replicas join as sources (FLOW_ANY) and send
  *                 protocol messages as flow_msg messages (from = their id).
- *   kv.req.<i>    shuffle, latency mode, N:1, no declared sources: clients
+ *   kv.bcast.<i>  Multi-Paxos only: replicate, 1:N, targets = the other
+ *                 replicas in id order, replica i joins as the source: a
+ *                 protocol message for every other replica (cons.h,
+ *                 CONS_ADDR_PEERS: the leader's accepts and commits, a
+ *                 candidate's prepares) is pushed once (DFI Figure 3's
+ *                 replicate flow from the leader to the followers). A
+ *                 replica it does not reach now gets the message on
+ *                 kv.peer.<j> instead (server/srv_net.c).
+ *   kv.req.<i>    shuffle, N:1, no declared sources: clients
  *                 join as sources (DFI's N:1 shuffle of requests, paper
  *                 Figure 3) and send flow_msg messages: dst = client id,
  *                 from = the client's target index in kv.reply.<i>, body =
  *                 one fkc_kind byte and the request.
- *   kv.reply.<i>  shuffle, latency mode, 1:N, source 0 = replica i, no
+ *   kv.reply.<i>  shuffle, 1:N, source 0 = replica i, no
  *                 declared targets: clients join as targets (elastic
  *                 membership) and replica i pushes each reply to the target
  *                 index its client named (a shuffle keyed by client id).
  *   kv.oum        NOPaxos only: the ordered unreliable multicast (NOPaxos
- *                 section 3) as an ordered replicate flow, latency mode,
+ *                 section 3) as an ordered replicate flow,
  *                 targets = every replica (index = replica id), clients
  *                 join as sources; the sequencer is a fetch-and-add counter
  *                 on the first live node of the cluster file's sequencers
@@ -54,6 +66,7 @@
 #define FKC_FLOW_REQ   "kv.req."
 #define FKC_FLOW_REPLY "kv.reply."
 #define FKC_FLOW_OUM   "kv.oum"
+#define FKC_FLOW_BCAST "kv.bcast."
 
 /* Fragment tuple sizes (flow_msg_schema): a small put or get fits one
  * fragment of a request or reply; protocol messages between replicas

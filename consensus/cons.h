@@ -111,8 +111,17 @@ struct cons_sm {
 
 /* ---- addresses, inputs and the outbox ---------------------------------- */
 /* OUM: the ordered unreliable multicast (NOPaxos section 4) delivering a
- * sequenced message or a drop notification; id is unused (0). */
-enum cons_addr_kind { CONS_ADDR_REPLICA = 1, CONS_ADDR_CLIENT = 2, CONS_ADDR_OUM = 3 };
+ * sequenced message or a drop notification; id is unused (0).
+ * PEERS (outbox only): the same message to every other replica, which the
+ * driver sends once on the sender's replicate flow (DFI Figure 3: the
+ * leader's accepts reach the followers by one push); each copy may be
+ * lost on its own, as on that flow. id is unused (0). */
+enum cons_addr_kind {
+    CONS_ADDR_REPLICA = 1,
+    CONS_ADDR_CLIENT = 2,
+    CONS_ADDR_OUM = 3,
+    CONS_ADDR_PEERS = 4,
+};
 
 struct cons_addr {
     uint8_t kind; /* enum cons_addr_kind */
@@ -270,6 +279,19 @@ static inline struct cons_addr cons_client(uint64_t id)
 {
     struct cons_addr a = {CONS_ADDR_CLIENT, id};
     return a;
+}
+
+static inline struct cons_addr cons_peers(void)
+{
+    struct cons_addr a = {CONS_ADDR_PEERS, 0};
+    return a;
+}
+
+/* Whether a message to `to`, sent by replica `self`, is for replica i: the
+ * drivers' fan-out of CONS_ADDR_PEERS. */
+static inline int cons_addr_has_replica(struct cons_addr to, uint32_t self, uint32_t i)
+{
+    return to.kind == CONS_ADDR_PEERS ? i != self : to.kind == CONS_ADDR_REPLICA && to.id == i;
 }
 
 #endif /* CONS_H */

@@ -135,8 +135,8 @@ void mpx__put_entry(struct cons_wbuf *w, const struct mpx_slot *s);
 void mpx__begin(struct mpx *r, struct cons_wbuf *w, uint8_t type, uint64_t term);
 /* Finishes and queues it to `to` (dropped when it does not fit). */
 void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to);
-void mpx__send_simple(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1);
-void mpx__send_entries(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1,
+void mpx__send_simple(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1);
+void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1,
                        uint64_t lo, uint64_t hi, int chosen_only);
 void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
 

@@ -166,7 +166,7 @@ void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to)
     cons_outbox_msg(&r->ob, to, w->p, (uint32_t)len);
 }
 
-void mpx__send_simple(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1)
+void mpx__send_simple(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1)
 {
     struct cons_wbuf w;
     mpx__begin(r, &w, type, term);
@@ -174,13 +174,13 @@ void mpx__send_simple(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, u
         cons_w_u8(&w, (uint8_t)u1);
     else if (type != MPX_NACK)
         cons_w_u64(&w, u1);
-    mpx__send(r, &w, cons_replica(to));
+    mpx__send(r, &w, to);
 }
 
 /* Sends the slots in [lo, hi] that hold entries (only chosen ones when
  * chosen_only), at most MPX_MSG_ENTRIES of them. Layout: u64 u1 then
  * "u32 n, entries"; PROMISE callers write their second field via u1 too. */
-void mpx__send_entries(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, uint64_t u1,
+void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1,
                        uint64_t lo, uint64_t hi, int chosen_only)
 {
     struct cons_wbuf w;
@@ -203,7 +203,7 @@ void mpx__send_entries(struct mpx *r, uint32_t to, uint8_t type, uint64_t term, 
     }
     if (!w.err)
         memcpy(w.p + count_at, &n, sizeof n);
-    mpx__send(r, &w, cons_replica(to));
+    mpx__send(r, &w, to);
 }
 
 void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep)

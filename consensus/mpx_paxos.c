@@ -69,7 +69,8 @@ static void release_one(struct mpx *r, const struct mpx_held *h, uint64_t *idx, 
         if (h->to == r->cfg.id)
             count_promise(r, h->to);
         else
-            mpx__send_entries(r, h->to, MPX_PROMISE, h->ballot, r->commit, h->index, r->last, 0);
+            mpx__send_entries(r, cons_replica(h->to), MPX_PROMISE, h->ballot, r->commit, h->index,
+                              r->last, 0);
         return;
     }
     const struct mpx_slot *s = mpx__cslot(r, h->index);
@@ -152,10 +153,7 @@ static void start_prevote(struct mpx *r)
 {
     r->prevote_ballot = next_ballot(r);
     r->votes = 1ull << r->cfg.id;
-    for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id)
-            mpx__send_simple(r, p, MPX_PREVOTE, r->prevote_ballot, r->commit);
-    }
+    mpx__send_simple(r, cons_peers(), MPX_PREVOTE, r->prevote_ballot, r->commit);
     mpx__reset_election(r);
 }
 
@@ -170,10 +168,7 @@ static void start_phase1(struct mpx *r)
     r->cand_since = r->now;
     mpx__persist_meta(r);
     mpx__hold(r, MPX_PROMISE, r->cfg.id, r->promised, r->commit + 1);
-    for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id)
-            mpx__send_simple(r, p, MPX_PREPARE, r->promised, r->commit + 1);
-    }
+    mpx__send_simple(r, cons_peers(), MPX_PREPARE, r->promised, r->commit + 1);
 }
 
 /* A peer grants a pre-vote only if it has not heard a leader for a whole
@@ -182,7 +177,7 @@ static void start_phase1(struct mpx *r)
 static void on_prevote(struct mpx *r, const struct mpx_msg *m)
 {
     int grant = r->role != MPX_LEADER && r->now - r->last_heard >= r->cfg.election_ns;
-    mpx__send_simple(r, m->from, MPX_PREVOTE_OK, m->term, (uint64_t)grant);
+    mpx__send_simple(r, cons_replica(m->from), MPX_PREVOTE_OK, m->term, (uint64_t)grant);
 }
 
 static void on_prevote_ok(struct mpx *r, const struct mpx_msg *m)
@@ -201,7 +196,7 @@ static void on_prepare(struct mpx *r, const struct mpx_msg *m)
     if (m->term > r->max_seen)
         r->max_seen = m->term;
     if (m->term < r->promised || (m->term == r->promised && ballot_owner(m->term) != m->from)) {
-        mpx__send_simple(r, m->from, MPX_NACK, r->promised, 0);
+        mpx__send_simple(r, cons_replica(m->from), MPX_NACK, r->promised, 0);
         return;
     }
     if (m->term > r->promised) {
@@ -245,11 +240,10 @@ static void become_leader(struct mpx *r)
         mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, i);
     }
     for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id) {
+        if (p != r->cfg.id)
             send_accepts(r, p, 1);
-            mpx__send_simple(r, p, MPX_COMMIT, r->promised, r->commit);
-        }
     }
+    mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
 }
 
@@ -268,7 +262,7 @@ static void count_promise(struct mpx *r, uint32_t from)
 static void abort_for_catchup(struct mpx *r, uint32_t from)
 {
     mpx__become_follower(r);
-    mpx__send_simple(r, from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+    mpx__send_simple(r, cons_replica(from), MPX_CATCHUP_REQ, 0, r->commit + 1);
 }
 
 static void on_promise(struct mpx *r, const struct mpx_msg *m)
@@ -384,10 +378,10 @@ static void propose(struct mpx *r)
             r->last = s->index;
         mpx__persist_entry(r, s);
         mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, s->index);
-        for (uint32_t p = 0; p < r->cfg.n; p++) {
-            if (p != r->cfg.id)
-                mpx__send_entries(r, p, MPX_ACCEPT, r->promised, r->commit, s->index, s->index, 0);
-        }
+        /* One message for every follower: it leaves on this replica's
+         * replicate flow (cons.h, CONS_ADDR_PEERS). */
+        mpx__send_entries(r, cons_peers(), MPX_ACCEPT, r->promised, r->commit, s->index, s->index,
+                          0);
     }
 }
 
@@ -398,7 +392,7 @@ static int follow(struct mpx *r, uint64_t ballot, uint32_t from)
     if (ballot > r->max_seen)
         r->max_seen = ballot;
     if (ballot < r->promised || ballot_owner(ballot) != from) {
-        mpx__send_simple(r, from, MPX_NACK, r->promised, 0);
+        mpx__send_simple(r, cons_replica(from), MPX_NACK, r->promised, 0);
         return 0;
     }
     if (ballot > r->promised) {
@@ -476,7 +470,7 @@ void mpx__learn_commit(struct mpx *r, uint64_t ballot, uint64_t commit, uint32_t
     advance_commit(r);
     if (r->commit < commit && r->now - r->catchup_sent >= r->cfg.heartbeat_ns) {
         r->catchup_sent = r->now;
-        mpx__send_simple(r, from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+        mpx__send_simple(r, cons_replica(from), MPX_CATCHUP_REQ, 0, r->commit + 1);
     }
 }
 
@@ -503,7 +497,8 @@ static void on_catchup_req(struct mpx *r, const struct mpx_msg *m)
         mpx__send(r, &w, cons_replica(m->from));
         return;
     }
-    mpx__send_entries(r, m->from, MPX_CATCHUP, r->promised, r->commit, m->u1, r->commit, 1);
+    mpx__send_entries(r, cons_replica(m->from), MPX_CATCHUP, r->promised, r->commit, m->u1,
+                      r->commit, 1);
 }
 
 static void on_catchup(struct mpx *r, const struct mpx_msg *m)
@@ -526,7 +521,7 @@ static void on_catchup(struct mpx *r, const struct mpx_msg *m)
     }
     advance_commit(r);
     if (r->commit < m->u1 && m->nents > 0)
-        mpx__send_simple(r, m->from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+        mpx__send_simple(r, cons_replica(m->from), MPX_CATCHUP_REQ, 0, r->commit + 1);
 }
 
 static void on_snapshot(struct mpx *r, const struct mpx_msg *m)
@@ -539,7 +534,7 @@ static void on_snapshot(struct mpx *r, const struct mpx_msg *m)
     memcpy(r->snap_buf, m->snap, m->snap_len);
     mpx__persist_snapshot(r, m->snap_len);
     advance_commit(r);
-    mpx__send_simple(r, m->from, MPX_CATCHUP_REQ, 0, r->commit + 1);
+    mpx__send_simple(r, cons_replica(m->from), MPX_CATCHUP_REQ, 0, r->commit + 1);
 }
 
 /* ---- clients ---------------------------------------------------------------- */
@@ -603,11 +598,10 @@ void mpx__tick(struct mpx *r)
         if (r->now >= r->next_heartbeat) {
             r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
             for (uint32_t p = 0; p < r->cfg.n; p++) {
-                if (p == r->cfg.id)
-                    continue;
-                send_accepts(r, p, 0);
-                mpx__send_simple(r, p, MPX_COMMIT, r->promised, r->commit);
+                if (p != r->cfg.id)
+                    send_accepts(r, p, 0);
             }
+            mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
             for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
                 struct mpx_slot *s = mpx__slot(r, i);
                 if (r->now - s->sent_ns >= 2 * r->cfg.heartbeat_ns)
@@ -625,7 +619,7 @@ void mpx__tick(struct mpx *r)
             r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
             for (uint32_t p = 0; p < r->cfg.n; p++) {
                 if (p != r->cfg.id && !(r->promises >> p & 1))
-                    mpx__send_simple(r, p, MPX_PREPARE, r->promised, r->commit + 1);
+                    mpx__send_simple(r, cons_replica(p), MPX_PREPARE, r->promised, r->commit + 1);
             }
         }
         break;

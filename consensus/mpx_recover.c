@@ -45,7 +45,7 @@ void mpx__recover_tick(struct mpx *r)
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
     for (uint32_t p = 0; p < r->cfg.n; p++) {
         if (p != r->cfg.id && !(r->rec_from >> p & 1))
-            mpx__send_simple(r, p, MPX_RECOVER, 0, r->nonce);
+            mpx__send_simple(r, cons_replica(p), MPX_RECOVER, 0, r->nonce);
     }
 }
 

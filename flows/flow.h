@@ -274,6 +274,12 @@ int flow_push_to(flow_source *s, int target, const void *tuple, size_t size);
  * source. Owner thread. */
 int flow_flush(flow_source *s);
 
+/* The targets this source is attached to now: bit k for target index k.
+ * A replicate push reaches exactly these (it attaches again to the others
+ * later, between segments): a caller that must reach every target sends
+ * the others a copy by another way. Owner thread. */
+uint32_t flow_source_live(const flow_source *s);
+
 /* Ends the flow for this source: flushes, sends end-of-flow to every target
  * and frees the handle (whose slot the targets reclaim). Returns the first
  * error met, the handle is freed regardless. Owner thread. */

@@ -861,6 +861,15 @@ static int source_init(flow_source *s)
     return rc;
 }
 
+uint32_t flow_source_live(const flow_source *s)
+{
+    _Static_assert(FLOW_TARGETS_MAX <= 32, "a live mask is 32 bits");
+    uint32_t live = 0;
+    for (uint32_t k = 0; k < s->desc.ntargets; k++)
+        live |= (uint32_t)(s->t[k].state == 1) << k;
+    return live;
+}
+
 void flow_source_adopt(flow_source *s)
 {
     s->owner = pthread_self();

@@ -43,6 +43,14 @@ struct peer {
     int want;           /* atomic: the connector should open one */
 };
 
+/* This replica's target on replica j's replicate flow (kv.bcast.<j>). */
+struct bcast_in {
+    flow_target *t; /* owned by the loop once adopted */
+    struct flow_msg_rx *rx;
+    flow_target *ready; /* atomic: opened by the connector, not yet adopted */
+    int opened;         /* connector: done, never again (the target outlives j's restarts) */
+};
+
 struct srv_net {
     const struct fk_cluster_conf *cluster;
     uint32_t id, n;
@@ -54,9 +62,14 @@ struct srv_net {
     flow_source *reply_s;
     struct flow_msg_tx reply_tx;
     struct peer peers[CONS_REPLICAS_MAX];
+    /* Multi-Paxos: kv.bcast.<id>, this replica's replicate flow to the
+     * others (srv_net_to_peers), and its targets on theirs. */
+    struct peer bcast;
+    int bcast_declared; /* connector */
+    struct bcast_in bin[CONS_REPLICAS_MAX];
     struct cmap_row *cmap;
     uint8_t *stage; /* kind byte + reply, for srv_net_to_client */
-    unsigned turn;
+    unsigned turn, bturn;
     struct srv_net_stats st;
     pthread_t connector;
     int stop;             /* atomic */
@@ -148,6 +161,83 @@ static void connect_peers(struct srv_net *net)
 #define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
 #define SRV_NET_OUM_SEGS  32
 #define SRV_NET_OUM_SEG   (8 * FKC_OUM_TUPLE)
+
+/* The target index of replica `member` on replica `home`'s kv.bcast.<home>:
+ * the targets are the other replicas in id order. */
+static int bcast_index(uint32_t member, uint32_t home)
+{
+    assert(member != home);
+    return (int)(member < home ? member : member - 1);
+}
+
+/* Two source slots per target: a restarted replica attaches while its old
+ * incarnation's slot is still being reclaimed. */
+#define SRV_NET_BCAST_SOURCES 2
+
+/* Multi-Paxos' replicate flow from the leader to the followers (DFI
+ * Figure 3): every replica declares kv.bcast.<id> with the others as
+ * targets (any replica may lead), opens its source, and opens a target on
+ * each other replica's. A declaration that did not reach a replica that
+ * was down is fetched by that replica from its peers when it opens its
+ * target (flow.h, discovery). */
+static void connect_bcast(struct srv_net *net)
+{
+    const struct fk_cluster_conf *c = net->cluster;
+    char name[FLOW_NAME_MAX];
+    if (!net->bcast_declared) {
+        const char *targets[CONS_REPLICAS_MAX];
+        int nt = 0;
+        for (uint32_t j = 0; j < net->n; j++) {
+            if (j != net->id)
+                targets[nt++] = c->nodes[j].address;
+        }
+        struct flow_schema sc;
+        struct flow_opts o;
+        flow_opts_default(&o, FLOW_REPLICATE, FLOW_BANDWIDTH); /* flushed per batch */
+        o.segment_bytes = SRV_NET_PEER_SEG;
+        o.segments = SRV_NET_SEGS;
+        o.max_sources = SRV_NET_BCAST_SOURCES;
+        int rc = flow_msg_schema(&sc, FKC_PEER_TUPLE);
+        assert(rc == 0);
+        flow_name(name, sizeof(name), FKC_FLOW_BCAST, net->id);
+        rc = flow_declare(net->node, name, &sc, 0, targets, nt, &o);
+        /* Stored here before it is published: a replica that did not
+         * answer (FK_EUNREACHABLE and the like) asks for it later. */
+        net->bcast_declared = rc != FK_EINVAL && rc != FK_ENOMEM;
+        if (!net->bcast_declared) {
+            fk_warn("net", "cannot declare %s: %s", name, fk_strerror(rc));
+            return;
+        }
+    }
+    struct peer *b = &net->bcast;
+    if (__atomic_load_n(&b->want, __ATOMIC_ACQUIRE) &&
+        __atomic_load_n(&b->ready, __ATOMIC_ACQUIRE) == NULL) {
+        flow_name(name, sizeof(name), FKC_FLOW_BCAST, net->id);
+        flow_source *s;
+        int rc = flow_source_open(net->node, name, FLOW_ANY, SRV_NET_OPEN_NS, &s);
+        if (rc == 0) {
+            flow_source_set_timeout(s, SRV_NET_PUSH_NS);
+            __atomic_store_n(&b->want, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&b->ready, s, __ATOMIC_RELEASE);
+        } else {
+            fk_debug("net", "%s: no replica reachable yet: %s", name, fk_strerror(rc));
+        }
+    }
+    for (uint32_t j = 0; j < net->n; j++) {
+        struct bcast_in *in = &net->bin[j];
+        if (j == net->id || in->opened)
+            continue;
+        flow_name(name, sizeof(name), FKC_FLOW_BCAST, j);
+        flow_target *t;
+        int rc = flow_target_open(net->node, name, bcast_index(net->id, j), &t);
+        if (rc < 0) {
+            fk_debug("net", "%s not known yet: %s", name, fk_strerror(rc));
+            continue;
+        }
+        in->opened = 1;
+        __atomic_store_n(&in->ready, t, __ATOMIC_RELEASE);
+    }
+}
 
 static void connect_oum(struct srv_net *net)
 {
@@ -292,6 +382,8 @@ static void *connector_main(void *arg)
     struct srv_net *net = arg;
     while (!__atomic_load_n(&net->stop, __ATOMIC_ACQUIRE)) {
         connect_peers(net);
+        if (net->proto == CONS_PROTO_MPX)
+            connect_bcast(net);
         if (net->proto == CONS_PROTO_NOP)
             connect_oum(net);
         if (net->proto == CONS_PROTO_NOP && net->session_joined)
@@ -401,6 +493,7 @@ int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
         rc = open_own(net);
     for (uint32_t j = 0; j < net->n; j++)
         net->peers[j].want = j != net->id;
+    net->bcast.want = 1;
     if (rc == 0 && pthread_create(&net->connector, NULL, connector_main, net) != 0)
         rc = FK_ENOMEM;
     if (rc < 0) {
@@ -435,6 +528,19 @@ void srv_net_close(struct srv_net *net)
             close_source(p->src, &p->tx);
         if (p->ready != NULL)
             close_source(p->ready, NULL);
+    }
+    if (net->bcast.src != NULL)
+        close_source(net->bcast.src, &net->bcast.tx);
+    if (net->bcast.ready != NULL)
+        close_source(net->bcast.ready, NULL);
+    for (uint32_t j = 0; j < CONS_REPLICAS_MAX; j++) {
+        struct bcast_in *in = &net->bin[j];
+        flow_msg_rx_destroy(in->rx);
+        flow_target *t = in->t ? in->t : in->ready;
+        if (t != NULL) {
+            flow_target_adopt(t);
+            flow_target_close(t);
+        }
     }
     if (net->reply_s != NULL)
         close_source(net->reply_s, &net->reply_tx);
@@ -474,23 +580,39 @@ void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st)
 
 /* ---- the event loop's side -------------------------------------------------------- */
 
+/* Takes over the source the connector opened for p, if any. */
+static void adopt_peer(struct peer *p)
+{
+    flow_source *s = __atomic_exchange_n(&p->ready, NULL, __ATOMIC_ACQ_REL);
+    if (s == NULL)
+        return;
+    flow_source_adopt(s);
+    if (p->src != NULL)
+        close_source(p->src, &p->tx);
+    p->src = s;
+    if (flow_msg_tx_init(&p->tx, s, FKC_PEER_TUPLE) < 0) {
+        close_source(s, NULL);
+        p->src = NULL;
+        __atomic_store_n(&p->want, 1, __ATOMIC_RELEASE);
+    }
+}
+
 void srv_net_tick(struct srv_net *net, uint64_t now)
 {
     (void)now;
+    for (uint32_t j = 0; j < net->n; j++)
+        adopt_peer(&net->peers[j]);
+    adopt_peer(&net->bcast);
     for (uint32_t j = 0; j < net->n; j++) {
-        struct peer *p = &net->peers[j];
-        flow_source *s = __atomic_exchange_n(&p->ready, NULL, __ATOMIC_ACQ_REL);
-        if (s == NULL)
+        struct bcast_in *in = &net->bin[j];
+        if (in->t != NULL || __atomic_load_n(&in->ready, __ATOMIC_ACQUIRE) == NULL)
             continue;
-        flow_source_adopt(s);
-        if (p->src != NULL)
-            close_source(p->src, &p->tx);
-        p->src = s;
-        if (flow_msg_tx_init(&p->tx, s, FKC_PEER_TUPLE) < 0) {
-            close_source(s, NULL);
-            p->src = NULL;
-            __atomic_store_n(&p->want, 1, __ATOMIC_RELEASE);
-        }
+        flow_target *t = __atomic_exchange_n(&in->ready, NULL, __ATOMIC_ACQ_REL);
+        flow_target_adopt(t);
+        in->t = t;
+        in->rx = flow_msg_rx_create(t, FKC_PEER_TUPLE, SRV_NET_BCAST_SOURCES, FKC_MSG_MAX);
+        if (in->rx == NULL)
+            fk_warn("net", "no memory for replica %u's replicate flow: its shuffle serves", j);
     }
     if (net->oum_t == NULL) {
         flow_target *t = __atomic_exchange_n(&net->oum_ready, NULL, __ATOMIC_ACQ_REL);
@@ -508,6 +630,8 @@ void srv_net_flush(struct srv_net *net)
         if (p->src != NULL && flow_flush(p->src) < 0)
             net->st.dropped++;
     }
+    if (net->bcast.src != NULL && flow_flush(net->bcast.src) < 0)
+        net->st.dropped++;
     if (net->reply_s != NULL && flow_flush(net->reply_s) < 0)
         net->st.dropped++;
 }
@@ -535,6 +659,35 @@ int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t le
     }
     net->st.out_peer++;
     return 0;
+}
+
+int srv_net_to_peers(struct srv_net *net, const void *buf, size_t len)
+{
+    struct peer *b = &net->bcast;
+    uint32_t reached = 0;
+    if (b->src != NULL) {
+        int rc = flow_msg_send(&b->tx, -1, 0, net->id, buf, len);
+        if (rc == 0) {
+            reached = flow_source_live(b->src);
+            net->st.out_bcast++;
+        } else if (rc == FK_ECLOSED || rc == FK_EUNREACHABLE) {
+            /* No replica attached: open it again from the connector. */
+            close_source(b->src, &b->tx);
+            b->src = NULL;
+            __atomic_store_n(&b->want, 1, __ATOMIC_RELEASE);
+        }
+    }
+    /* Replicas the flow does not reach now (down, restarting, not yet
+     * attached) get their copy on their shuffle. */
+    int rc = 0;
+    for (uint32_t j = 0; j < net->n; j++) {
+        if (j == net->id || (reached >> bcast_index(j, net->id) & 1))
+            continue;
+        int r = srv_net_to_peer(net, j, buf, len);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
 }
 
 int srv_net_to_client(struct srv_net *net, uint64_t client_id, uint8_t kind, const void *buf,
@@ -576,6 +729,27 @@ static int next_peer(struct srv_net *net, struct srv_in *in)
     *in = (struct srv_in){.kind = SRV_IN_PEER, .from = m.from, .buf = m.buf, .len = m.len};
     net->st.in_peer++;
     return 0;
+}
+
+/* The next message on another replica's kv.bcast, taking them in turn. */
+static int next_bcast(struct srv_net *net, struct srv_in *in)
+{
+    for (uint32_t k = 0; k < net->n; k++) {
+        uint32_t j = (net->bturn + k) % net->n;
+        if (net->bin[j].rx == NULL)
+            continue;
+        struct flow_msg m;
+        int rc = flow_msg_recv(net->bin[j].rx, &m, 0);
+        if (rc == FK_EMALFORMED || (rc == 0 && m.from != j))
+            return FK_EMALFORMED;
+        if (rc < 0)
+            continue;
+        net->bturn = j + 1;
+        *in = (struct srv_in){.kind = SRV_IN_PEER, .from = j, .buf = m.buf, .len = m.len};
+        net->st.in_bcast++;
+        return 0;
+    }
+    return FK_ETIMEDOUT;
 }
 
 static int next_request(struct srv_net *net, struct srv_in *in)
@@ -629,11 +803,12 @@ static int next_oum(struct srv_net *net, struct srv_in *in)
  * flow cannot starve the others. */
 static int poll_once(struct srv_net *net, struct srv_in *in)
 {
-    for (unsigned i = 0; i < 3; i++) {
-        unsigned which = (net->turn + i) % 3;
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned which = (net->turn + i) % 4;
         int rc = which == 0   ? next_peer(net, in)
                  : which == 1 ? next_request(net, in)
-                              : next_oum(net, in);
+                 : which == 2 ? next_oum(net, in)
+                              : next_bcast(net, in);
         if (rc == 0) {
             net->turn = which + 1;
             return 0;

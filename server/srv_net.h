@@ -86,6 +86,12 @@ void srv_net_tick(struct srv_net *net, uint64_t now);
  * was dropped (the peer unreachable or stalled). */
 int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t len);
 
+/* Sends a protocol message to every other replica (cons.h,
+ * CONS_ADDR_PEERS): once on this replica's replicate flow (Multi-Paxos:
+ * kv.bcast.<id>), and on the shuffle to each replica that flow does not
+ * reach now. 0, or the first failed shuffle send's code. */
+int srv_net_to_peers(struct srv_net *net, const void *buf, size_t len);
+
 /* Sends `kind` (enum fkc_kind) and buf to the client, at the reply target
  * it named in its latest request. FK_ENOTFOUND when this replica never
  * heard from it; other negative codes when dropped. */
@@ -105,7 +111,9 @@ int srv_net_oum_ready(const struct srv_net *net);
 
 struct srv_net_stats {
     uint64_t in_peer, in_req, in_oum, in_drop; /* messages received */
+    uint64_t in_bcast;                         /* peer messages received on kv.bcast */
     uint64_t out_peer, out_client;             /* messages sent */
+    uint64_t out_bcast;                        /* peer messages sent on kv.bcast */
     uint64_t dropped;                          /* sends that failed */
     uint64_t flow_bytes;                       /* flow_node_memory */
 };

@@ -58,6 +58,7 @@ struct srv_node {
     struct srv_http *http;
     struct fk_metrics metrics;
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
+    struct fk_metric *m_peer[4]; /* peer messages: replicate out, in; shuffle out, in */
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
 };
 
@@ -126,6 +127,8 @@ static int drain(struct srv_node *n, const struct cons_outbox *ob)
         const struct cons_out_msg *m = &ob->msgs[i];
         if (m->to.kind == CONS_ADDR_REPLICA) {
             srv_net_to_peer(n->net, (uint32_t)m->to.id, m->buf, m->len);
+        } else if (m->to.kind == CONS_ADDR_PEERS) {
+            srv_net_to_peers(n->net, m->buf, m->len);
         } else if (m->to.kind == CONS_ADDR_CLIENT) {
             note_reply(n, m->to.id);
             srv_net_to_client(n->net, m->to.id, FKC_OP, m->buf, m->len);
@@ -231,6 +234,17 @@ static int commit_batch(struct srv_node *n)
     return rc < 0 ? rc : 1; /* 1: a transaction is open */
 }
 
+/* Peer message counts from srv_net, once per tick (the metrics page is
+ * served by this thread's loop). */
+static void observe_net(struct srv_node *n)
+{
+    struct srv_net_stats st;
+    srv_net_stats(n->net, &st);
+    const uint64_t v[4] = {st.out_bcast, st.in_bcast, st.out_peer, st.in_peer};
+    for (int i = 0; i < 4; i++)
+        fk_metric_set(n->m_peer[i], v[i]);
+}
+
 static void observe_term(struct srv_node *n)
 {
     struct fkc_status st;
@@ -264,6 +278,7 @@ static int batch(struct srv_node *n, int txn_open)
         srv_net_tick(n->net, now);
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
+        observe_net(n);
     }
     /* Messages first, then the LMDB commit: in async durability nothing
      * the messages promise waits for it (srv_disk.h). */
@@ -368,6 +383,14 @@ static void metrics_init(struct srv_node *n)
                                       "Protocol messages dropped because an outbox was full");
     n->m_malformed =
         fk_metrics_counter(r, "flowkv_malformed_total", "", "Messages rejected as malformed");
+    static const char *const peer_labels[4] = {
+        "flow=\"replicate\",dir=\"out\"", "flow=\"replicate\",dir=\"in\"",
+        "flow=\"shuffle\",dir=\"out\"", "flow=\"shuffle\",dir=\"in\""};
+    for (int i = 0; i < 4; i++)
+        n->m_peer[i] = fk_metrics_counter(
+            r, "flowkv_peer_messages_total", peer_labels[i],
+            "Protocol messages between replicas, by flow: the replicate flow (kv.bcast) or the "
+            "shuffles (kv.peer)");
 }
 
 static int open_core(struct srv_node *n, char *err, size_t errcap)

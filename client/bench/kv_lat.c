@@ -3,7 +3,11 @@
  * server issue: one synchronous client (libflowkv) puts and gets against a
  * running cluster, and in the same run a raw TCP ping-pong of the same size
  * between this process and a forked echo process on loopback, the floor any
- * replicated round trip stands on.
+ * replicated round trip stands on; and "raw nop", NOPaxos' message pattern
+ * over raw TCP between processes that only echo (a round trip to a
+ * sequencer, the request to three replicas, done at replica 0's answer and
+ * one more): what a NOPaxos put costs on this machine with no protocol,
+ * flows or storage work at all.
  *
  *   flowkv-bench-lat -c CLUSTER_FILE [-n OPS] [-r ROUNDS] [-b BYTES] [-l LABEL]
  *
@@ -15,7 +19,9 @@
  * a last line
  *   kv-lat: LABEL put_p50_us=.. put_p99_us=.. get_p50_us=.. get_p99_us=..
  *           raw_p50_us=.. raw_p99_us=.. put_ratio=.. get_ratio=..
- * where the ratios are flowkv's median over the raw TCP median. Exit status
+ *           rawnop_p50_us=.. rawnop_ratio=.. put_vs_rawnop=..
+ * where the ratios are medians over the raw TCP median (put_vs_rawnop:
+ * the put's median over raw nop's). Exit status
  * 0, 1 when an operation failed (its error on stderr), 2 for bad arguments.
  */
 #include "fk_error.h"
@@ -26,6 +32,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,8 +45,12 @@
 #define OPS_MAX    1000000
 #define BYTES_MAX  FLOWKV_VAL_MAX
 
-enum { M_RAW, M_PUT, M_GET, M_COUNT };
-static const char *const m_name[M_COUNT] = {"raw tcp", "put", "get"};
+/* M_FLOOR: NOPaxos' message pattern (section 4: a sequencer, then every
+ * replica; done at the leader's reply and one more) over raw TCP between
+ * processes that only echo, so what a put costs beyond this is flowkv's. */
+enum { M_RAW, M_FLOOR, M_PUT, M_GET, M_COUNT };
+static const char *const m_name[M_COUNT] = {"raw tcp", "raw nop", "put", "get"};
+#define FLOOR_REPLICAS 3
 
 struct bench {
     int ops, rounds, bytes;
@@ -87,8 +98,15 @@ static int raw_open(int bytes, pid_t *child)
         getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0)
         return -1;
     *child = fork();
-    if (*child == 0)
+    if (*child == 0) {
+        /* Only its listener: a copy of another echo's socket held here
+         * would keep that echo from seeing EOF at the end. */
+        for (int other = 3; other < 1024; other++) {
+            if (other != lfd)
+                close(other);
+        }
         echo_main(lfd, bytes);
+    }
     close(lfd);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (*child < 0 || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
@@ -97,13 +115,47 @@ static int raw_open(int bytes, pid_t *child)
     return fd;
 }
 
+/* The floor's sockets: [0] the sequencer, [1..3] the replicas, each an
+ * echo process (raw_open). */
+struct floor {
+    int fd[1 + FLOOR_REPLICAS];
+    pid_t pid[1 + FLOOR_REPLICAS];
+};
+
+/* One NOPaxos-shaped exchange: a round trip to the sequencer, the request
+ * to every replica, then the leader's (replica 0) answer and the first
+ * other one; the last answer is read after the clock stops. */
+static int floor_once(struct floor *f, uint8_t *buf, size_t bytes, uint64_t *ns)
+{
+    uint64_t t0 = fk_now_ns();
+    if (full_io(f->fd[0], buf, bytes, 1) < 0 || full_io(f->fd[0], buf, bytes, 0) < 0)
+        return -1;
+    for (int i = 1; i <= FLOOR_REPLICAS; i++) {
+        if (full_io(f->fd[i], buf, bytes, 1) < 0)
+            return -1;
+    }
+    if (full_io(f->fd[1], buf, bytes, 0) < 0)
+        return -1;
+    struct pollfd p[FLOOR_REPLICAS - 1];
+    for (int i = 0; i < FLOOR_REPLICAS - 1; i++)
+        p[i] = (struct pollfd){.fd = f->fd[i + 2], .events = POLLIN};
+    if (poll(p, FLOOR_REPLICAS - 1, 10000) <= 0)
+        return -1;
+    int first = (p[0].revents & POLLIN) ? 2 : 3;
+    if (full_io(f->fd[first], buf, bytes, 0) < 0)
+        return -1;
+    *ns = fk_now_ns() - t0;
+    return full_io(f->fd[first == 2 ? 3 : 2], buf, bytes, 0);
+}
+
 static void key_of(char *k, size_t cap, int i)
 {
     snprintf(k, cap, "lat%08d", i);
 }
 
 /* One round: OPS of each measurement into h[]. 0 or the first error. */
-static int one_round(struct bench *b, flowkv *kv, int fd, struct fk_hist h[M_COUNT])
+static int one_round(struct bench *b, flowkv *kv, int fd, struct floor *f,
+                     struct fk_hist h[M_COUNT])
 {
     char key[32], val[BYTES_MAX];
     size_t vlen;
@@ -113,6 +165,12 @@ static int one_round(struct bench *b, flowkv *kv, int fd, struct fk_hist h[M_COU
             full_io(fd, b->buf, (size_t)b->bytes, 0) < 0)
             return FK_EUNREACHABLE;
         fk_hist_record(&h[M_RAW], fk_now_ns() - t0);
+    }
+    for (int i = 0; i < b->ops; i++) {
+        uint64_t ns;
+        if (floor_once(f, b->buf, (size_t)b->bytes, &ns) < 0)
+            return FK_EUNREACHABLE;
+        fk_hist_record(&h[M_FLOOR], ns);
     }
     for (int i = 0; i < b->ops; i++) {
         key_of(key, sizeof(key), i);
@@ -198,9 +256,11 @@ static void report(struct bench *b)
                (double)fk_hist_percentile(&b->all[m], 99.9) / 1e3, fk_hist_mean(&b->all[m]) / 1e3,
                p50[m] / p50[M_RAW]);
     printf("kv-lat: %s put_p50_us=%.1f put_p99_us=%.1f get_p50_us=%.1f get_p99_us=%.1f "
-           "raw_p50_us=%.1f raw_p99_us=%.1f put_ratio=%.2f get_ratio=%.2f\n",
+           "raw_p50_us=%.1f raw_p99_us=%.1f put_ratio=%.2f get_ratio=%.2f "
+           "rawnop_p50_us=%.1f rawnop_ratio=%.2f put_vs_rawnop=%.2f\n",
            b->label, p50[M_PUT], p99[M_PUT], p50[M_GET], p99[M_GET], p50[M_RAW], p99[M_RAW],
-           p50[M_PUT] / p50[M_RAW], p50[M_GET] / p50[M_RAW]);
+           p50[M_PUT] / p50[M_RAW], p50[M_GET] / p50[M_RAW], p50[M_FLOOR],
+           p50[M_FLOOR] / p50[M_RAW], p50[M_PUT] / p50[M_FLOOR]);
 }
 
 int main(int argc, char **argv)
@@ -220,6 +280,13 @@ int main(int argc, char **argv)
     }
     pid_t child = -1;
     int fd = raw_open(b.bytes, &child);
+    static struct floor f;
+    for (int i = 0; i <= FLOOR_REPLICAS; i++) {
+        f.pid[i] = -1;
+        f.fd[i] = fd < 0 ? -1 : raw_open(b.bytes, &f.pid[i]);
+        if (f.fd[i] < 0)
+            fd = -1;
+    }
     if (fd < 0)
         rc = FK_EUNREACHABLE;
     for (int m = 0; m < M_COUNT; m++)
@@ -228,7 +295,7 @@ int main(int argc, char **argv)
         static struct fk_hist h[M_COUNT];
         for (int m = 0; m < M_COUNT; m++)
             fk_hist_init(&h[m]);
-        rc = one_round(&b, kv, fd, h);
+        rc = one_round(&b, kv, fd, &f, h);
         for (int m = 0; rc == 0 && m < M_COUNT; m++) {
             b.med[m][r] = fk_hist_percentile(&h[m], 50);
             fk_hist_merge(&b.all[m], &h[m]);
@@ -238,6 +305,12 @@ int main(int argc, char **argv)
         close(fd); /* the echo process sees EOF and exits */
     if (child > 0)
         waitpid(child, NULL, 0);
+    for (int i = 0; i <= FLOOR_REPLICAS; i++) {
+        if (f.fd[i] >= 0)
+            close(f.fd[i]);
+        if (f.pid[i] > 0)
+            waitpid(f.pid[i], NULL, 0);
+    }
     flowkv_close(kv);
     if (rc < 0) {
         fprintf(stderr, "flowkv-bench-lat: %s%s%s #%d\n", fk_strerror(rc),

@@ -192,8 +192,19 @@ static void check_chosen(struct world *w, uint32_t i)
 void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
 {
     struct rep *r = &w->reps[i];
-    for (uint32_t k = 0; k < ob->nmsgs; k++)
-        net_send(w, cons_replica(i), ob->msgs[k].to, ob->msgs[k].buf, ob->msgs[k].len);
+    for (uint32_t k = 0; k < ob->nmsgs; k++) {
+        const struct cons_out_msg *m = &ob->msgs[k];
+        if (m->to.kind != CONS_ADDR_PEERS) {
+            net_send(w, cons_replica(i), m->to, m->buf, m->len);
+            continue;
+        }
+        /* The sender's replicate flow: a copy per replica, each dropped,
+         * duplicated or delayed on its own. */
+        for (uint32_t j = 0; j < w->n; j++) {
+            if (j != i)
+                net_send(w, cons_replica(i), cons_replica(j), m->buf, m->len);
+        }
+    }
     for (uint32_t k = 0; k < ob->npersists; k++) {
         const struct cons_persist *p = &ob->persists[k];
         if (r->pq_n == r->pq_cap) {

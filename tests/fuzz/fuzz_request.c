@@ -114,13 +114,12 @@ static void accepted(struct cons_rbuf *r, struct cons_wbuf *w)
 }
 
 /* What a healthy Multi-Paxos follower answers replica 0's message with. */
-static void answer_mpx(struct node *n, const struct cons_out_msg *m)
+static void answer_mpx(struct node *n, const struct cons_out_msg *m, uint32_t from)
 {
     struct cons_wire_hdr h;
     struct cons_rbuf r;
     struct cons_wbuf w;
     uint8_t buf[ANSWER_MAX];
-    uint32_t from = (uint32_t)m->to.id;
     if (cons_wire_open(m->buf, m->len, CONS_PROTO_MPX, MPX__TYPES, &h, &r) < 0)
         abort();
     cons_wbuf_init(&w, buf, sizeof buf);
@@ -199,11 +198,14 @@ static void drain(struct node *n, const struct cons_outbox *out)
         uint64_t slot;
         int has;
         uint32_t hint;
-        if (m->to.kind == CONS_ADDR_REPLICA && (m->to.id == 1 || m->to.id == 2)) {
+        if (!n->nop && m->to.kind == CONS_ADDR_PEERS) {
+            answer_mpx(n, m, 1);
+            answer_mpx(n, m, 2);
+        } else if (m->to.kind == CONS_ADDR_REPLICA && (m->to.id == 1 || m->to.id == 2)) {
             if (n->nop)
                 answer_nop(n, m);
             else
-                answer_mpx(n, m);
+                answer_mpx(n, m, (uint32_t)m->to.id);
         } else if (m->to.kind != CONS_ADDR_CLIENT ||
                    (n->nop ? nop_decode_reply(m->buf, m->len, &v, &slot, &has, &reply)
                            : mpx_decode_reply(m->buf, m->len, &reply, &hint)) < 0 ||

@@ -23,12 +23,37 @@ cleanup() {
 trap cleanup EXIT
 export FLOWKV_LOG=${FLOWKV_LOG:-info}
 
-# start DIR ID [flags]: one replica in the background.
+# start DIR ID [flags]: one replica in the background, its metrics on
+# 127.0.0.1:BASE+50+ID (metrics_port).
 start() {
     local d=$1 i=$2
     shift 2
-    "$SERVER" -c "$d/cluster.conf" -i "$i" "$@" >>"$d/log$i" 2>&1 &
+    "$SERVER" -c "$d/cluster.conf" -i "$i" -m "127.0.0.1:$(metrics_port "$d" "$i")" "$@" >>"$d/log$i" 2>&1 &
     PID[$d.$i]=$!
+}
+metrics_port() { echo $(($(sed -n 's/^address = 127.0.0.1:\([0-9]*\)$/\1/p' "$1/cluster.conf" | head -n 1) + 50 + $2)); }
+
+# metric DIR ID SAMPLE: the value of SAMPLE (name{labels}) on replica ID's
+# metrics page, 0 when absent (bounded 5 s).
+metric() {
+    local v
+    v=$(timeout 5 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" >&3 && cat <&3' \
+        _ "$(metrics_port "$1" "$2")" 2>/dev/null | tr -d '\r' | awk -v s="$3" 'index($0, s " ") == 1 { print $2 }')
+    echo "${v:-0}"
+}
+
+# on_replicate_flow DIR ID: replica ID takes protocol messages from its
+# peers' replicate flows (Multi-Paxos: the leader's accepts and commits on
+# kv.bcast.<leader>), within 10 s.
+on_replicate_flow() {
+    local n
+    for _ in $(seq 20); do
+        n=$(metric "$1" "$2" 'flowkv_peer_messages_total{flow="replicate",dir="in"}')
+        [ "$n" -gt 0 ] && return 0
+        sleep 0.5
+    done
+    echo "replica $2 received nothing on a replicate flow"
+    return 1
 }
 
 stop() { # stop DIR ID SIGNAL: signals the replica and reaps it (bounded)
@@ -108,6 +133,17 @@ run_protocol() {
         return
     fi
     t_check "$proto: every CLI command, with its exit status" cli_ops "$d"
+    if [ "$proto" = multipaxos ]; then
+        local l0 sent
+        l0=$(leader_of "$d")
+        sent=$(metric "$d" "$l0" 'flowkv_peer_messages_total{flow="replicate",dir="out"}')
+        if [ "$sent" -gt 0 ] && on_replicate_flow "$d" $(((l0 + 1) % 3)) >/dev/null &&
+            on_replicate_flow "$d" $(((l0 + 2) % 3)) >/dev/null; then
+            t_ok "$proto: the leader's accepts travel on its replicate flow ($sent messages sent)"
+        else
+            t_fail "$proto: replicate flow" "leader $l0 sent $sent messages on kv.bcast.$l0; followers received $(metric "$d" $(((l0 + 1) % 3)) 'flowkv_peer_messages_total{flow="replicate",dir="in"}') and $(metric "$d" $(((l0 + 2) % 3)) 'flowkv_peer_messages_total{flow="replicate",dir="in"}')"
+        fi
+    fi
     t_check "$proto: every library call (sync, pipelined, limits, status)" "$KV" "$d/cluster.conf" api
     t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
@@ -133,6 +169,9 @@ run_protocol() {
     if wait_caught_up "$d" "$leader"; then t_ok "$proto: replica $leader restarted from disk caught up"; else
         t_fail "$proto: restart from disk" "replica $leader commit $(status_field "$d" "$leader" 7): $(tail -n 3 "$d/log$leader")"
     fi
+    # The new leader's replicate flow, open all along, reaches it again.
+    [ "$proto" = multipaxos ] &&
+        t_check "$proto: the restarted replica hears the new leader's replicate flow" on_replicate_flow "$d" "$leader"
 
     # A follower loses its disk and recovers by state transfer.
     local f=$(((leader + 1) % 3))

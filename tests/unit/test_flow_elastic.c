@@ -360,6 +360,7 @@ TEST(replicate_restarted_target_reached_again)
     flow_source *s;
     CHECK_OK(flow_source_open(a, "rr", 0, 10 * FT_SEC, &s));
     flow_source_set_timeout(s, 50 * FK_NSEC_PER_MSEC);
+    CHECK_EQ_U64(flow_source_live(s), 3);
     push_n(s, 0, 100);
     consume_n(ta, 100);
     consume_n(tb, 100);
@@ -376,9 +377,10 @@ TEST(replicate_restarted_target_reached_again)
     /* Pushes go on (a stays live); within a few reattach periods
      * (FLOW__REPL_REATTACH_NS) the new ring gets them. */
     uint64_t i = 100, deadline = fk_now_ns() + 10 * FT_SEC;
-    int reached = 0;
+    int reached = 0, missed = 0;
     while (!reached && fk_now_ns() < deadline) {
         push_n(s, i++, 1);
+        missed |= flow_source_live(s) == 1; /* the push found b gone */
         consume_n(ta, 1);
         struct flow_item it;
         int rc = flow_consume(tb, &it, 10 * FK_NSEC_PER_MSEC);
@@ -390,6 +392,8 @@ TEST(replicate_restarted_target_reached_again)
         reached = 1;
     }
     CHECK_MSG(reached, "the restarted target was never attached again");
+    CHECK(missed);
+    CHECK_EQ_U64(flow_source_live(s), 3);
     push_n(s, i, 50); /* and everything after */
     consume_n(ta, 50);
     consume_n(tb, 50);

@@ -74,7 +74,10 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
                                 .from = cons_replica(from),
                                 .buf = msgs[k].buf,
                                 .len = msgs[k].len};
-        step(g, (uint32_t)msgs[k].to.id, &in);
+        for (uint32_t j = 0; j < N; j++) {
+            if (cons_addr_has_replica(msgs[k].to, from, j))
+                step(g, j, &in);
+        }
     }
     free(msgs);
     free(copy);

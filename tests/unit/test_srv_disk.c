@@ -181,10 +181,14 @@ static void drain(struct group *g, uint32_t i, struct cons_outbox *ob)
     struct rep *r = &g->r[i];
     for (uint32_t k = 0; k < ob->nmsgs; k++) {
         const struct cons_out_msg *m = &ob->msgs[k];
-        if (m->to.kind == CONS_ADDR_CLIENT)
+        if (m->to.kind == CONS_ADDR_CLIENT) {
             client_reply(g, i, m->buf, m->len);
-        else
-            enqueue(g, (uint32_t)m->to.id, cons_replica(i), m->buf, m->len);
+            continue;
+        }
+        for (uint32_t j = 0; j < N; j++) {
+            if (cons_addr_has_replica(m->to, i, j))
+                enqueue(g, j, cons_replica(i), m->buf, m->len);
+        }
     }
     int rc = srv_disk_persist(r->disk, ob->persists, ob->npersists);
     if (rc < 0) {
