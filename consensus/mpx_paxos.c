@@ -213,6 +213,17 @@ static void on_prepare(struct mpx *r, const struct mpx_msg *m)
 
 static void send_accepts(struct mpx *r, uint32_t to, int force);
 
+/* The leader's heartbeat: unacknowledged accepts to each follower (all of
+ * them when force), then the commit point to every follower at once. */
+static void heartbeat(struct mpx *r, int force)
+{
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (p != r->cfg.id)
+            send_accepts(r, p, force);
+    }
+    mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
+}
+
 static void become_leader(struct mpx *r)
 {
     assert(r->role == MPX_CANDIDATE && ballot_owner(r->promised) == r->cfg.id);
@@ -239,11 +250,7 @@ static void become_leader(struct mpx *r)
         mpx__persist_entry(r, s);
         mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, i);
     }
-    for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id)
-            send_accepts(r, p, 1);
-    }
-    mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
+    heartbeat(r, 1);
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
 }
 
@@ -597,11 +604,7 @@ void mpx__tick(struct mpx *r)
     case MPX_LEADER:
         if (r->now >= r->next_heartbeat) {
             r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
-            for (uint32_t p = 0; p < r->cfg.n; p++) {
-                if (p != r->cfg.id)
-                    send_accepts(r, p, 0);
-            }
-            mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
+            heartbeat(r, 0);
             for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
                 struct mpx_slot *s = mpx__slot(r, i);
                 if (r->now - s->sent_ns >= 2 * r->cfg.heartbeat_ns)

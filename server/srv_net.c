@@ -127,25 +127,33 @@ static void flow_name(char *buf, size_t cap, const char *prefix, uint32_t id)
     snprintf(buf, cap, "%s%u", prefix, id);
 }
 
+/* Opens source `name` for p when the loop asked for one (p->want) and
+ * hands it over (p->ready, adopted in srv_net_tick). Returns 1 when a
+ * source was handed over. */
+static int open_for(struct srv_net *net, struct peer *p, const char *name)
+{
+    if (!__atomic_load_n(&p->want, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) != NULL)
+        return 0;
+    flow_source *s;
+    int rc = flow_source_open(net->node, name, FLOW_ANY, SRV_NET_OPEN_NS, &s);
+    if (rc < 0) {
+        fk_debug("net", "%s not reachable yet: %s", name, fk_strerror(rc));
+        return 0;
+    }
+    flow_source_set_timeout(s, SRV_NET_PUSH_NS);
+    __atomic_store_n(&p->want, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&p->ready, s, __ATOMIC_RELEASE);
+    return 1;
+}
+
 static void connect_peers(struct srv_net *net)
 {
     for (uint32_t j = 0; j < net->n; j++) {
-        struct peer *p = &net->peers[j];
-        if (j == net->id || !__atomic_load_n(&p->want, __ATOMIC_ACQUIRE) ||
-            __atomic_load_n(&p->ready, __ATOMIC_ACQUIRE) != NULL)
-            continue;
         char name[FLOW_NAME_MAX];
         flow_name(name, sizeof(name), FKC_FLOW_PEER, j);
-        flow_source *s;
-        int rc = flow_source_open(net->node, name, FLOW_ANY, SRV_NET_OPEN_NS, &s);
-        if (rc < 0) {
-            fk_debug("net", "peer %u not reachable yet: %s", j, fk_strerror(rc));
-            continue;
-        }
-        flow_source_set_timeout(s, SRV_NET_PUSH_NS);
-        __atomic_store_n(&p->want, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&p->ready, s, __ATOMIC_RELEASE);
-        fk_info("net", "connected to replica %u", j);
+        if (j != net->id && open_for(net, &net->peers[j], name))
+            fk_info("net", "connected to replica %u", j);
     }
 }
 
@@ -209,20 +217,8 @@ static void connect_bcast(struct srv_net *net)
             return;
         }
     }
-    struct peer *b = &net->bcast;
-    if (__atomic_load_n(&b->want, __ATOMIC_ACQUIRE) &&
-        __atomic_load_n(&b->ready, __ATOMIC_ACQUIRE) == NULL) {
-        flow_name(name, sizeof(name), FKC_FLOW_BCAST, net->id);
-        flow_source *s;
-        int rc = flow_source_open(net->node, name, FLOW_ANY, SRV_NET_OPEN_NS, &s);
-        if (rc == 0) {
-            flow_source_set_timeout(s, SRV_NET_PUSH_NS);
-            __atomic_store_n(&b->want, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&b->ready, s, __ATOMIC_RELEASE);
-        } else {
-            fk_debug("net", "%s: no replica reachable yet: %s", name, fk_strerror(rc));
-        }
-    }
+    flow_name(name, sizeof(name), FKC_FLOW_BCAST, net->id);
+    open_for(net, &net->bcast, name);
     for (uint32_t j = 0; j < net->n; j++) {
         struct bcast_in *in = &net->bin[j];
         if (j == net->id || in->opened)
