@@ -388,6 +388,17 @@ void nop__drain(struct nop *r)
             on_drop(r);
             continue;
         }
+        if (kind == NOP_OUM_FILL) {
+            /* A number that carries no request (nop.h): every replica that
+             * received it holds the same bytes, so each logs the same NO-OP
+             * without agreement; one that lost it asks the leader as for any
+             * drop (5.2.2). Nobody waits for it: no reply. */
+            struct nop_entry e = {.kind = NOP_ENT_NOOP};
+            append(r, &e);
+            if (nop__is_leader(r))
+                nop__execute_to(r, r->log_len, 1);
+            continue;
+        }
         struct nop_entry e = {.kind = NOP_ENT_REQ, .op = s->op};
         append(r, &e);
         if (nop__is_leader(r))
@@ -856,7 +867,7 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     case CONS_IN_MSG:
         if (nop__decode(in->buf, in->len, &m, &r->scratch_op) < 0)
             return FK_EMALFORMED;
-        if (m.type == NOP_OUM_REQ || m.type == NOP_OUM_DROP) {
+        if (m.type == NOP_OUM_REQ || m.type == NOP_OUM_DROP || m.type == NOP_OUM_FILL) {
             if (in->from.kind != CONS_ADDR_OUM)
                 return FK_EMALFORMED;
             on_oum(r, &m, &r->scratch_op);

@@ -9,7 +9,14 @@
  *    stamped with (session, message number) or a drop notification for
  *    (session, number). Within a session the OUM delivers in number order;
  *    a number skipped without a notification counts as dropped too. A new
- *    session number means the sequencer failed over.
+ *    session number means the sequencer failed over. A third kind, a
+ *    FILL, is a number that carries no request: a driver whose transport
+ *    numbers pieces of a message (the server's kv.oum cuts a large request
+ *    into fragments, each numbered, and the request is whole only at its
+ *    last) hands the other pieces in as fills. A fill's bytes are the same
+ *    at every replica that received it, so each logs a NO-OP in its slot
+ *    without gap agreement; a replica that lost it treats the number as
+ *    dropped and asks the leader, whose slot holds a NO-OP either way.
  *  - other replicas (gap agreement, synchronization, view change,
  *    recovery);
  *  - ticks.
@@ -188,10 +195,12 @@ void nop_status(const struct nop *r, struct nop_stat *st);
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash);
 
 /* OUM side (the sequencer and the drop detector of libOUM): encode a
- * stamped request or a drop notification. Return length or FK_ETOOBIG. */
+ * stamped request, a drop notification or a fill. Return length or
+ * FK_ETOOBIG. */
 int nop_encode_oum_request(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum,
                            const struct cons_op *op);
 int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum);
+int nop_encode_oum_fill(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum);
 
 /* Client side: decodes a replica's reply: its view, log slot, whether it
  * carries the result (the leader's) and the reply. FK_EMALFORMED otherwise. */

@@ -31,6 +31,7 @@ enum nop_type {
                                and the log after the requester's `have` (else empty) */
     NOP_STATE = 15,    /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
     NOP_SYNC_SIG = 16, /* term = view; u64 commit, u64 lo, u32 n, n x u64 nop__entry_hash */
+    NOP_OUM_FILL = 17, /* term = session; u64 msgnum (a number that holds no request, nop.h) */
     NOP__TYPES
 };
 
@@ -65,7 +66,7 @@ struct nop_entry {
 };
 
 struct nop_oum {
-    uint8_t kind; /* 0 empty, NOP_OUM_REQ or NOP_OUM_DROP */
+    uint8_t kind; /* 0 empty, NOP_OUM_REQ, NOP_OUM_DROP or NOP_OUM_FILL */
     uint64_t msgnum;
     struct cons_op op;
 };

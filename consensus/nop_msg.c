@@ -62,6 +62,7 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
             return FK_EMALFORMED;
         return 0;
     case NOP_OUM_DROP:
+    case NOP_OUM_FILL:
         m->u1 = cons_r_u64(r);
         return m->u1 == 0 ? FK_EMALFORMED : 0;
     case NOP_GAP_COMMIT:
@@ -220,13 +221,24 @@ int nop_encode_oum_request(uint8_t *buf, size_t cap, uint32_t session, uint64_t 
     return cons_wire_finish(&w);
 }
 
-int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum)
+static int encode_oum_number(uint8_t *buf, size_t cap, uint8_t type, uint32_t session,
+                             uint64_t msgnum)
 {
     struct cons_wbuf w;
     cons_wbuf_init(&w, buf, cap);
-    cons_wire_begin(&w, CONS_PROTO_NOP, NOP_OUM_DROP, CONS_FROM_CLIENT, session);
+    cons_wire_begin(&w, CONS_PROTO_NOP, type, CONS_FROM_CLIENT, session);
     cons_w_u64(&w, msgnum);
     return cons_wire_finish(&w);
+}
+
+int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum)
+{
+    return encode_oum_number(buf, cap, NOP_OUM_DROP, session, msgnum);
+}
+
+int nop_encode_oum_fill(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum)
+{
+    return encode_oum_number(buf, cap, NOP_OUM_FILL, session, msgnum);
 }
 
 int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,

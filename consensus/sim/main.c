@@ -127,7 +127,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 struct totals {
     uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
-    uint64_t crash_alls;
+    uint64_t fills, crash_alls;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -143,6 +143,7 @@ static void add(struct totals *t, const struct sim_result *r)
     t->n5 += r->n == 5;
     t->failovers += r->failovers;
     t->oum += r->oum_drops;
+    t->fills += r->oum_fills;
     t->crash_alls += r->crash_alls;
 }
 
@@ -187,7 +188,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
            " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty)",
            t.msgs, t.drops, t.dups, t.parts, t.crashes, t.empties);
     if (proto == SIM_NOP)
-        printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops", t.failovers, t.oum);
+        printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops, %" PRIu64 " OUM fills",
+               t.failovers, t.oum, t.fills);
     if (proto == SIM_NOP && a->durable)
         printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,

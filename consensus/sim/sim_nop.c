@@ -62,24 +62,14 @@ void sim__nop_boot(struct world *w, uint32_t i, int mode)
     sim__take_outbox(w, i, ob);
 }
 
-/* The sequencer stamps the request and multicasts it; per replica the OUM
+/* Stamps the next number and multicasts msg with it; per replica the OUM
  * delivers in stamp order, each message either intact or as a drop
- * notification. A request to the sequencer may itself be lost. */
-void sim__nop_client_send(struct world *w, struct client *c)
+ * notification. */
+static void oum_multicast(struct world *w, const uint8_t *msg, int len)
 {
-    static uint8_t req[CONS_WIRE_OP_MAX + 64]; /* one run at a time per process: see sim.h */
     uint8_t drop[64];
-    c->gen++;
-    sim__at(w, 120 * MS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
-    w->res->msgs++;
-    if (sim__ufrac(w) < w->drop_p) {
-        w->res->dropped++;
-        return;
-    }
-    uint64_t num = ++w->msgnum;
-    int rlen = nop_encode_oum_request(req, sizeof req, w->session, num, &c->op);
-    int dlen = nop_encode_oum_drop(drop, sizeof drop, w->session, num);
-    if (rlen < 0 || dlen < 0)
+    int dlen = nop_encode_oum_drop(drop, sizeof drop, w->session, w->msgnum);
+    if (len < 0 || dlen < 0)
         abort();
     struct cons_addr oum = {CONS_ADDR_OUM, 0};
     for (uint32_t i = 0; i < w->n; i++) {
@@ -93,8 +83,33 @@ void sim__nop_client_send(struct world *w, struct client *c)
         w->oum_last[i] = t;
         sim__at(w, t - w->now, EV_MSG, 0, 0, 0,
                 lost ? sim__msg(oum, cons_replica(i), drop, (uint32_t)dlen)
-                     : sim__msg(oum, cons_replica(i), req, (uint32_t)rlen));
+                     : sim__msg(oum, cons_replica(i), msg, (uint32_t)len));
     }
+}
+
+/* The sequencer stamps the request and multicasts it. A request to the
+ * sequencer may itself be lost. One in four requests comes as the server's
+ * kv.oum delivers a large one: first one or two numbers that carry only
+ * fills (nop.h), each lost or delivered on its own. */
+void sim__nop_client_send(struct world *w, struct client *c)
+{
+    static uint8_t req[CONS_WIRE_OP_MAX + 64]; /* one run at a time per process: see sim.h */
+    c->gen++;
+    sim__at(w, 120 * MS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
+    w->res->msgs++;
+    if (sim__ufrac(w) < w->drop_p) {
+        w->res->dropped++;
+        return;
+    }
+    uint32_t fills = sim__ufrac(w) < 0.25 ? (uint32_t)sim__urange(w, 1, 2) : 0;
+    for (uint32_t k = 0; k < fills; k++) {
+        uint8_t fill[64];
+        ++w->msgnum;
+        oum_multicast(w, fill, nop_encode_oum_fill(fill, sizeof fill, w->session, w->msgnum));
+        w->res->oum_fills++;
+    }
+    ++w->msgnum;
+    oum_multicast(w, req, nop_encode_oum_request(req, sizeof req, w->session, w->msgnum, &c->op));
 }
 
 /* NOPaxos section 5.2.1: f+1 replies for one (view, slot), the leader's

@@ -116,7 +116,8 @@ static void stop(struct group *g)
     }
 }
 
-/* The sequencer: stamps op and delivers it, or a drop notice to `drops`. */
+/* The sequencer: stamps op (a fill when NULL) and delivers it, or a drop
+ * notice to `drops`. */
 static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_mask)
 {
     uint8_t buf[4096];
@@ -126,7 +127,8 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
             continue; /* lost: the OUM never reached it */
         int len = drops_mask >> i & 1
                       ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
-                      : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
+                  : op == NULL ? nop_encode_oum_fill(buf, sizeof buf, g->session, num)
+                               : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
         CHECK(len > 0);
         struct cons_input in = {
             .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = buf, .len = (size_t)len};
@@ -225,6 +227,46 @@ TEST(gap_agreement_commits_noop)
     CHECK(nop_committed_hash(g.r[0], 1, &h0) && nop_committed_hash(g.r[1], 1, &h1));
     CHECK_EQ_U64(h0, h1);
     CHECK_EQ_I64(g.result.req_no, 2);
+    stop(&g);
+}
+
+/* A fill (nop.h: a number that carries no request, the leading fragments
+ * of a large request on kv.oum) is a NO-OP in its slot at every replica
+ * that received it, with no reply and no round of gap agreement: the
+ * request right behind it is answered at once. Replicas that missed a fill
+ * end with the leader's NO-OP in its slot. */
+TEST(fills_are_noops_without_agreement)
+{
+    static struct group g;
+    start(&g);
+    multicast(&g, NULL, 0);
+    /* The followers hear nothing now, so a leader that ran gap agreement
+     * for the second fill would wait for them and not execute request 1. */
+    g.down = 1u << 1 | 1u << 2;
+    multicast(&g, NULL, 0);
+    struct cons_op a = put(1, "a");
+    multicast(&g, &a, 0);
+    CHECK_EQ_I64(g.results, 1);
+    CHECK_EQ_U64(g.last_slot, 3);
+    CHECK_EQ_I64(g.replies, 1); /* the fills themselves were answered by nobody */
+    /* Back: synchronization brings the followers' logs up to the leader's
+     * (3 slots, under the 4 after which a replica of this ring checkpoints
+     * and compacts, so every slot can still be compared). */
+    g.down = 0;
+    ticks(&g, 5);
+    uint64_t h[N][3];
+    for (uint32_t i = 0; i < N; i++) {
+        struct nop_stat st;
+        nop_status(g.r[i], &st);
+        CHECK_EQ_U64(st.log_len, 3);
+        CHECK_EQ_U64(st.commit, 3);
+        for (uint64_t k = 1; k <= 3; k++)
+            CHECK(nop_committed_hash(g.r[i], k, &h[i][k - 1]));
+    }
+    for (uint32_t i = 1; i < N; i++)
+        for (uint32_t k = 0; k < 3; k++)
+            CHECK_EQ_U64(h[i][k], h[0][k]);
+    CHECK(h[0][0] == h[0][1] && h[0][1] != h[0][2]); /* two NO-OPs, then the request */
     stop(&g);
 }
 
