@@ -73,7 +73,7 @@ int flow_msg_send(struct flow_msg_tx *tx, int target, uint64_t dst, uint32_t fro
 
 /* Reassembly state of one source slot. */
 struct flow_msg_slot {
-    uint64_t id;
+    uint64_t id, dst;
     uint32_t len, got;
     int active;
     uint8_t *buf; /* max_msg bytes */
@@ -130,18 +130,25 @@ uint64_t flow_msg_dropped(const struct flow_msg_rx *rx)
     return rx->dropped;
 }
 
+/* Whether h is well formed on its own (the bytes alone decide, so every
+ * receiver of the same tuple decides alike). */
+static int frag_sane(const struct flow_msg_rx *rx, const struct flow_msg_frag *h)
+{
+    return h->len <= rx->max_msg && h->off < h->len && h->chunk != 0 &&
+           h->chunk <= h->len - h->off && h->chunk <= rx->tuple_size - FLOW_MSG_HDR;
+}
+
 /* Takes one fragment. Returns 1 with *m filled when it completes a message,
- * 0 when more fragments are needed or it was dropped. */
+ * 0 when it was taken and more fragments are needed, -1 when it was
+ * dropped (malformed, or part of a torn message). */
 static int flow__msg_take(struct flow_msg_rx *rx, const struct flow_item *it, struct flow_msg *m)
 {
     const uint8_t *tuple = it->tuple;
     struct flow_msg_frag h;
     memcpy(&h, tuple, sizeof h);
-    if (it->source < 0 || (uint32_t)it->source >= rx->nslots || h.len > rx->max_msg ||
-        h.off >= h.len || h.chunk == 0 || h.chunk > h.len - h.off ||
-        h.chunk > rx->tuple_size - FLOW_MSG_HDR) {
+    if (it->source < 0 || (uint32_t)it->source >= rx->nslots || !frag_sane(rx, &h)) {
         rx->dropped++;
-        return 0;
+        return -1;
     }
     struct flow_msg_slot *s = &rx->slots[it->source];
     if (h.off == 0) {
@@ -154,11 +161,13 @@ static int flow__msg_take(struct flow_msg_rx *rx, const struct flow_item *it, st
             *m = (struct flow_msg){tuple + FLOW_MSG_HDR, h.len, h.dst, h.from, it->source};
             return 1;
         }
-        *s = (struct flow_msg_slot){.id = h.id, .len = h.len, .got = 0, .active = 1, .buf = s->buf};
-    } else if (!s->active || h.id != s->id || h.off != s->got || h.len != s->len) {
+        *s = (struct flow_msg_slot){
+            .id = h.id, .dst = h.dst, .len = h.len, .got = 0, .active = 1, .buf = s->buf};
+    } else if (!s->active || h.id != s->id || h.dst != s->dst || h.off != s->got ||
+               h.len != s->len) {
         rx->dropped++;
         s->active = 0;
-        return 0;
+        return -1;
     }
     memcpy(s->buf + h.off, tuple + FLOW_MSG_HDR, h.chunk);
     s->got += h.chunk;
@@ -182,7 +191,32 @@ int flow_msg_recv(struct flow_msg_rx *rx, struct flow_msg *m, uint64_t timeout_n
             return rc;
         /* Bounded: each pass consumes one tuple, and flow_consume times
          * out once the deadline has passed and nothing is left. */
-        if (flow__msg_take(rx, &it, m))
+        if (flow__msg_take(rx, &it, m) == 1)
             return 0;
     }
+}
+
+int flow_msg_recv_ordered(struct flow_msg_rx *rx, struct flow_msg_item *item, uint64_t timeout_ns)
+{
+    struct flow_item it = {0};
+    int rc = flow_consume(rx->t, &it, timeout_ns);
+    item->seq = it.seq;
+    item->session = it.session;
+    if (rc == FK_EGAP) {
+        item->kind = FLOW_MSG_LOST;
+        return 0;
+    }
+    if (rc < 0)
+        return rc; /* FK_ESESSION (item->session), FK_ETIMEDOUT, FK_EEND, ... */
+    if (flow__msg_take(rx, &it, &item->msg) == 1) {
+        item->kind = FLOW_MSG_WHOLE;
+        return 0;
+    }
+    /* Not a whole message: a leading fragment, whatever became of its
+     * message here, is FRAGMENT at every receiver (its bytes say so); a
+     * last fragment that completes nothing here is LOST here only. */
+    struct flow_msg_frag h;
+    memcpy(&h, it.tuple, sizeof h);
+    item->kind = frag_sane(rx, &h) && h.chunk < h.len - h.off ? FLOW_MSG_FRAGMENT : FLOW_MSG_LOST;
+    return 0;
 }

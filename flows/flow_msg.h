@@ -20,7 +20,7 @@
  *   data  u8[tuple_size - 32]
  *
  * A torn message (a source that died or closed mid-message, and whose slot a
- * new source reuses) is detected by id/off and dropped whole: a receiver
+ * new source reuses) is detected by id, dst and off and dropped whole: a receiver
  * never sees a partial message. Fragments that lie (off or chunk out of
  * range, len above the receiver's max_msg) are dropped and counted as
  * malformed; the sender is untrusted.
@@ -85,8 +85,40 @@ struct flow_msg {
 /* Returns the next complete message: 0 with *m filled, or FK_ETIMEDOUT when
  * none completed within timeout_ns, FK_EEND (every source closed), or
  * another flow_consume error. GAP and session items of ordered flows are
- * not expected here (use the flow directly) and return FK_EPROTO. */
+ * not expected here (use flow_msg_recv_ordered) and return FK_EPROTO. */
 int flow_msg_recv(struct flow_msg_rx *rx, struct flow_msg *m, uint64_t timeout_ns);
+
+/* Ordered replicate flows (flow.h: every tuple has its own global number,
+ * and a consumer like NOPaxos must account for every number, DFI section
+ * 5.4): one item per number, in number order.
+ *   FLOW_MSG_WHOLE     a message complete with this tuple, its last
+ *                      fragment; item->msg as flow_msg_recv fills it.
+ *   FLOW_MSG_FRAGMENT  a leading fragment of a message (not its last). Its
+ *                      bytes alone decide this, so every receiver of the
+ *                      tuple gets FRAGMENT for it; the message is whole (if
+ *                      at all) at a later number, its last fragment's.
+ *   FLOW_MSG_LOST      a number that never arrived (the flow's gap), or a
+ *                      last fragment this receiver could not join to a
+ *                      whole message (a fragment before it was lost, or
+ *                      bytes that lie). Another receiver may have got the
+ *                      message whole at this number: for this receiver
+ *                      alone, it is dropped.
+ * item->seq and item->session are the tuple's. Returns 0 with *item
+ * filled; FK_ESESSION (a new sequencer session began, item->session;
+ * numbering restarts); FK_ETIMEDOUT; FK_EEND; another flow_consume error.
+ * A message's fragments need not have consecutive numbers (the sequencer
+ * numbers segments, and a message may span two), only increasing ones. */
+enum flow_msg_kind { FLOW_MSG_WHOLE = 1, FLOW_MSG_FRAGMENT = 2, FLOW_MSG_LOST = 3 };
+
+struct flow_msg_item {
+    int kind; /* enum flow_msg_kind */
+    uint64_t seq;
+    uint32_t session;
+    struct flow_msg msg; /* FLOW_MSG_WHOLE only */
+};
+
+int flow_msg_recv_ordered(struct flow_msg_rx *rx, struct flow_msg_item *item,
+                          uint64_t timeout_ns);
 
 /* Fragments dropped because they were malformed or belonged to a torn
  * message. */
