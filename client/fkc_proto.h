@@ -36,9 +36,12 @@
  *                 targets = every replica (index = replica id), clients
  *                 join as sources; the sequencer is a fetch-and-add counter
  *                 on the first live node of the cluster file's sequencers
- *                 list (DFI section 5.4). One tuple = one request
- *                 (struct fkc_oum + an encoded cons op), so that a global
- *                 sequence number names one whole request. Declared by the
+ *                 list (DFI section 5.4). Requests travel as flow_msg
+ *                 messages (struct fkc_oum + an encoded cons op, dst =
+ *                 client id) of FKC_OUM_TUPLE-byte fragments, each with
+ *                 its own global number: a request is whole at its last
+ *                 fragment's number; the numbers of its leading fragments
+ *                 are fills (consensus/nop.h). Declared by the
  *                 first replica that finds every replica up; every target
  *                 node stores the declaration afterwards.
  *
@@ -84,9 +87,10 @@ enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2 };
 
 #define FKC_NO_TARGET 0xffffffffu
 
-/* The header of a kv.oum tuple (48 bytes), followed by `len` bytes of one
- * cons op (cons_wire_put_op). reply_to[i] is the client's target index in
- * kv.reply.<i>, FKC_NO_TARGET when it has none there. */
+/* A kv.oum message (48 bytes of header, then `len` bytes of one cons op,
+ * cons_wire_put_op), cut into FKC_OUM_TUPLE-byte fragments by flow_msg
+ * with client_id as the fragment's dst. reply_to[i] is the client's
+ * target index in kv.reply.<i>, FKC_NO_TARGET when it has none there. */
 struct fkc_oum {
     uint64_t client_id;
     uint32_t len;
@@ -96,8 +100,14 @@ struct fkc_oum {
 } __attribute__((packed));
 _Static_assert(sizeof(struct fkc_oum) == 48, "oum header is 48 bytes");
 
-/* One kv.oum tuple holds the largest operation. */
-#define FKC_OUM_TUPLE ((sizeof(struct fkc_oum) + CONS_WIRE_OP_MAX + 7) / 8 * 8)
+/* kv.oum fragments: a small operation (YCSB's, a put of a few hundred
+ * bytes) is one fragment and one sequence number; the largest op takes
+ * ceil(FKC_OUM_MSG_MAX / (FKC_OUM_TUPLE - FLOW_MSG_HDR)) = 5 numbers, its
+ * leading fragments NO-OPs in the replicas' logs (nop.h, fills). Before,
+ * every request took a tuple as large as the largest op (2,208 bytes):
+ * 8 to a segment, and 4x the bytes for a YCSB-B read. */
+#define FKC_OUM_TUPLE   512
+#define FKC_OUM_MSG_MAX (sizeof(struct fkc_oum) + CONS_WIRE_OP_MAX)
 
 /* A replica's answer to FKC_STATUS (what `flowkv status` prints). */
 enum fkc_role {

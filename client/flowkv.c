@@ -41,6 +41,12 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define PUSH_NS         (50ULL * 1000000ULL)
 #define REPLY_MSG_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
 #define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
+/* kv->tuple holds a kv.oum message (NOPaxos) or a kind byte and an
+ * encoded request (Multi-Paxos). */
+#define MPX_REQ_MAX (CONS_WIRE_OP_MAX + 64)
+#define TUPLE_BUF   (FKC_OUM_MSG_MAX > 1 + MPX_REQ_MAX ? FKC_OUM_MSG_MAX : 1 + MPX_REQ_MAX)
+_Static_assert(FKC_OUM_TUPLE % 8 == 0 && FKC_OUM_TUPLE > FLOW_MSG_HDR + sizeof(struct fkc_oum),
+               "a kv.oum fragment holds the header and some of the op");
 
 struct slot {
     int busy, done;
@@ -71,7 +77,8 @@ struct flowkv {
     flow_node *node;
     struct replica r[CONS_REPLICAS_MAX];
     flow_source *oum;
-    uint8_t *tuple; /* kv.oum tuple, or the encoded request */
+    struct flow_msg_tx oum_tx;
+    uint8_t *tuple; /* the kv.oum message, or the encoded request */
     uint32_t leader;
     uint32_t pipeline, inflight;
     struct slot *slots;
@@ -163,11 +170,26 @@ static void rejoin_due(flowkv *kv, uint64_t now)
     }
 }
 
+static void close_oum(flowkv *kv)
+{
+    if (kv->oum == NULL)
+        return;
+    flow_msg_tx_free(&kv->oum_tx);
+    flow_source_close(kv->oum);
+    kv->oum = NULL;
+}
+
 static int open_oum(flowkv *kv)
 {
     int rc = flow_source_open(kv->node, FKC_FLOW_OUM, FLOW_ANY, OPEN_NS, &kv->oum);
-    if (rc == 0)
-        flow_source_set_timeout(kv->oum, PUSH_NS);
+    if (rc < 0)
+        return rc;
+    flow_source_set_timeout(kv->oum, PUSH_NS);
+    rc = flow_msg_tx_init(&kv->oum_tx, kv->oum, FKC_OUM_TUPLE);
+    if (rc < 0) {
+        flow_source_close(kv->oum);
+        kv->oum = NULL;
+    }
     return rc;
 }
 
@@ -197,7 +219,7 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
     kv->timeout_ns = o.timeout_ns ? o.timeout_ns : DEFAULT_TIMEOUT;
     kv->pipeline = o.pipeline ? o.pipeline : 1;
     kv->slots = calloc(kv->pipeline, sizeof(*kv->slots));
-    kv->tuple = malloc(FKC_OUM_TUPLE + 1 + CONS_WIRE_OP_MAX + 64);
+    kv->tuple = malloc(TUPLE_BUF);
     kv->status_id = random_id();
     if (kv->n > CONS_REPLICAS_MAX || kv->slots == NULL || kv->tuple == NULL) {
         snprintf(err, errcap, kv->n > CONS_REPLICAS_MAX ? "too many replicas" : "out of memory");
@@ -263,8 +285,7 @@ void flowkv_close(flowkv *kv)
         return;
     for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
         leave(&kv->r[i]);
-    if (kv->oum != NULL)
-        flow_source_close(kv->oum);
+    close_oum(kv);
     if (kv->node != NULL)
         flow_node_destroy(kv->node);
     free(kv->slots);
@@ -296,7 +317,7 @@ static void send_mpx(flowkv *kv, struct slot *s)
         if (r->req == NULL)
             continue;
         kv->tuple[0] = FKC_OP;
-        int len = mpx_encode_request(kv->tuple + 1, CONS_WIRE_OP_MAX + 64, &s->op);
+        int len = mpx_encode_request(kv->tuple + 1, MPX_REQ_MAX, &s->op);
         if (len < 0)
             return;
         if (flow_msg_send(&r->tx, 0, s->client_id, r->idx, kv->tuple, (size_t)len + 1) == 0) {
@@ -308,30 +329,27 @@ static void send_mpx(flowkv *kv, struct slot *s)
     }
 }
 
-/* NOPaxos: one tuple on the ordered multicast, naming our reply target at
- * every replica (fkc_proto.h). */
+/* NOPaxos: one message on the ordered multicast, naming our reply target
+ * at every replica (fkc_proto.h). */
 static void send_nop(flowkv *kv, struct slot *s)
 {
     struct fkc_oum h = {.client_id = s->client_id};
     for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
         h.reply_to[i] = i < kv->n && kv->r[i].t != NULL ? kv->r[i].idx : FKC_NO_TARGET;
     struct cons_wbuf w;
-    memset(kv->tuple, 0, FKC_OUM_TUPLE);
-    cons_wbuf_init(&w, kv->tuple + sizeof(h), FKC_OUM_TUPLE - sizeof(h));
+    cons_wbuf_init(&w, kv->tuple + sizeof(h), FKC_OUM_MSG_MAX - sizeof(h));
     cons_wire_put_op(&w, &s->op);
     h.len = (uint32_t)w.len;
     memcpy(kv->tuple, &h, sizeof(h));
     if (kv->oum == NULL && open_oum(kv) < 0)
         return;
-    int rc = flow_push(kv->oum, kv->tuple, FKC_OUM_TUPLE);
+    int rc = flow_msg_send(&kv->oum_tx, -1, s->client_id, 0, kv->tuple, sizeof(h) + w.len);
     /* A slow sequencer (FK_ETIMEDOUT: its fetch-and-add stays posted) or a
      * full ring is waited out by the resend; anything else reopens the
      * flow on the next try. Reopening on every timeout made a lossy
      * network unusable: each reopen is a dozen connections and calls. */
-    if (rc < 0 && rc != FK_ETIMEDOUT) {
-        flow_source_close(kv->oum);
-        kv->oum = NULL;
-    }
+    if (rc < 0 && rc != FK_ETIMEDOUT)
+        close_oum(kv);
 }
 
 /* Sends what submissions and resends staged. kv.oum and kv.req are
@@ -343,10 +361,8 @@ static void flush_requests(flowkv *kv)
 {
     if (kv->oum != NULL) {
         int rc = flow_flush(kv->oum);
-        if (rc < 0 && rc != FK_ETIMEDOUT) { /* as in send_nop */
-            flow_source_close(kv->oum);
-            kv->oum = NULL;
-        }
+        if (rc < 0 && rc != FK_ETIMEDOUT) /* as in send_nop */
+            close_oum(kv);
     }
     for (uint32_t i = 0; i < kv->n; i++) {
         struct replica *r = &kv->r[i];

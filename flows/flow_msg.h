@@ -117,8 +117,7 @@ struct flow_msg_item {
     struct flow_msg msg; /* FLOW_MSG_WHOLE only */
 };
 
-int flow_msg_recv_ordered(struct flow_msg_rx *rx, struct flow_msg_item *item,
-                          uint64_t timeout_ns);
+int flow_msg_recv_ordered(struct flow_msg_rx *rx, struct flow_msg_item *item, uint64_t timeout_ns);
 
 /* Fragments dropped because they were malformed or belonged to a torn
  * message. */

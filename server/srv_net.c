@@ -58,7 +58,7 @@ struct srv_net {
     flow_node *node;
     flow_target *peer_t, *req_t, *oum_t;
     flow_target *oum_ready; /* atomic, from the connector */
-    struct flow_msg_rx *peer_rx, *req_rx;
+    struct flow_msg_rx *peer_rx, *req_rx, *oum_rx;
     flow_source *reply_s;
     struct flow_msg_tx reply_tx;
     struct peer peers[CONS_REPLICAS_MAX];
@@ -159,7 +159,7 @@ static void connect_peers(struct srv_net *net)
 
 /* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
  * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
- * each way); kv.oum: 32 segments of 8 requests per client (566 KiB: a
+ * each way); kv.oum: 32 segments of 16 fragments per client (256 KiB: a
  * bandwidth-mode source reads the consumed counter once half its ring is
  * in flight, one read per 16 segments here; with 8 segments, one per 4
  * and 5% less throughput). */
@@ -168,7 +168,7 @@ static void connect_peers(struct srv_net *net)
 #define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
 #define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
 #define SRV_NET_OUM_SEGS  32
-#define SRV_NET_OUM_SEG   (8 * FKC_OUM_TUPLE)
+#define SRV_NET_OUM_SEG   (16 * FKC_OUM_TUPLE)
 
 /* The target index of replica `member` on replica `home`'s kv.bcast.<home>:
  * the targets are the other replicas in id order. */
@@ -242,9 +242,7 @@ static void connect_oum(struct srv_net *net)
     const struct fk_cluster_conf *c = net->cluster;
     uint32_t seq_node = c->n_sequencers > 0 ? c->sequencers[0] : 0;
     struct flow_schema sc;
-    struct flow_column col[2] = {{"client", FLOW_UINT64, 0},
-                                 {"body", FLOW_BYTES, FKC_OUM_TUPLE - 8}};
-    int rc = flow_schema_init(&sc, col, 2, "client");
+    int rc = flow_msg_schema(&sc, FKC_OUM_TUPLE); /* fkc_proto.h */
     assert(rc == 0);
     const char *targets[CONS_REPLICAS_MAX];
     for (uint32_t i = 0; i < net->n; i++)
@@ -542,6 +540,7 @@ void srv_net_close(struct srv_net *net)
         close_source(net->reply_s, &net->reply_tx);
     flow_msg_rx_destroy(net->peer_rx);
     flow_msg_rx_destroy(net->req_rx);
+    flow_msg_rx_destroy(net->oum_rx);
     flow_target *oum = net->oum_t ? net->oum_t : net->oum_ready;
     if (oum != NULL) {
         flow_target_adopt(oum);
@@ -615,6 +614,9 @@ void srv_net_tick(struct srv_net *net, uint64_t now)
         if (t != NULL) {
             flow_target_adopt(t);
             net->oum_t = t;
+            net->oum_rx = flow_msg_rx_create(t, FKC_OUM_TUPLE, FKC_CLIENTS_MAX, FKC_OUM_MSG_MAX);
+            if (net->oum_rx == NULL)
+                fk_warn("net", "no memory to join kv.oum's messages: no requests are taken");
         }
     }
 }
@@ -765,33 +767,41 @@ static int next_request(struct srv_net *net, struct srv_in *in)
     return 0;
 }
 
+/* kv.oum (fkc_proto.h): one input per global number, as NOPaxos counts
+ * them: a request whole at its last fragment, a fill for every leading
+ * fragment (the same at every replica: its bytes say so), a drop for a
+ * number that never came or a request this replica could not join or
+ * read (the leader decides that slot, NOPaxos 5.2.2). */
 static int next_oum(struct srv_net *net, struct srv_in *in)
 {
-    if (net->oum_t == NULL)
+    if (net->oum_rx == NULL)
         return FK_ETIMEDOUT;
-    struct flow_item it;
-    int rc = flow_consume(net->oum_t, &it, 0);
-    if (rc == FK_EGAP) {
-        *in = (struct srv_in){.kind = SRV_IN_OUM_DROP, .seq = it.seq, .session = it.session};
-        net->st.in_drop++;
-        return 0;
-    }
+    struct flow_msg_item it;
+    int rc = flow_msg_recv_ordered(net->oum_rx, &it, 0);
     if (rc == FK_ESESSION) /* the core learns it from the next message's session */
         return FK_EAGAIN;
     if (rc < 0)
         return rc;
+    *in = (struct srv_in){.kind = SRV_IN_OUM_DROP, .seq = it.seq, .session = it.session};
+    if (it.kind == FLOW_MSG_FRAGMENT) {
+        in->kind = SRV_IN_OUM_FILL;
+        net->st.in_fill++;
+        return 0;
+    }
     struct fkc_oum h;
-    memcpy(&h, it.tuple, sizeof(h));
-    if (h.client_id == 0 || h.len == 0 || h.len > FKC_OUM_TUPLE - sizeof(h))
-        return FK_EMALFORMED;
-    cmap_put(net, h.client_id, h.reply_to[net->id]);
-    *in = (struct srv_in){.kind = SRV_IN_OUM,
-                          .client_id = h.client_id,
-                          .buf = (const uint8_t *)it.tuple + sizeof(h),
-                          .len = h.len,
-                          .seq = it.seq,
-                          .session = it.session};
-    net->st.in_oum++;
+    if (it.kind == FLOW_MSG_WHOLE && it.msg.len > sizeof(h)) {
+        memcpy(&h, it.msg.buf, sizeof(h));
+        if (h.client_id != 0 && h.client_id == it.msg.dst && h.len == it.msg.len - sizeof(h)) {
+            cmap_put(net, h.client_id, h.reply_to[net->id]);
+            in->kind = SRV_IN_OUM;
+            in->client_id = h.client_id;
+            in->buf = it.msg.buf + sizeof(h);
+            in->len = h.len;
+            net->st.in_oum++;
+            return 0;
+        }
+    }
+    net->st.in_drop++;
     return 0;
 }
 

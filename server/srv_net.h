@@ -51,7 +51,9 @@ enum srv_in_kind {
     SRV_IN_REQUEST,  /* a client's request (FKC_OP body without the kind byte) */
     SRV_IN_STATUS,   /* a client asks for this replica's status */
     SRV_IN_OUM,      /* NOPaxos: a sequenced request: buf = encoded cons op */
-    SRV_IN_OUM_DROP, /* NOPaxos: sequence number seq never arrived (a gap) */
+    SRV_IN_OUM_DROP, /* NOPaxos: sequence number seq never arrived (a gap), or its request
+                        could not be joined or read here */
+    SRV_IN_OUM_FILL, /* NOPaxos: number seq carries a leading fragment, no request */
 };
 
 struct srv_in {
@@ -111,6 +113,7 @@ int srv_net_oum_ready(const struct srv_net *net);
 
 struct srv_net_stats {
     uint64_t in_peer, in_req, in_oum, in_drop; /* messages received */
+    uint64_t in_fill;                          /* kv.oum numbers holding a leading fragment */
     uint64_t in_bcast;                         /* peer messages received on kv.bcast */
     uint64_t out_peer, out_client;             /* messages sent */
     uint64_t out_bcast;                        /* peer messages sent on kv.bcast */

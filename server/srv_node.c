@@ -28,6 +28,8 @@
  * histograms: indexed by client id hash; a collision forgets the older
  * request (its latency is not recorded, nothing else changes). */
 #define PEND_SLOTS 4096
+/* The core's OUM message: a header and a message number around one op. */
+#define SRV_OUM_BUF (CONS_WIRE_OP_MAX + 64)
 
 struct pend {
     uint64_t client_id;
@@ -156,7 +158,8 @@ static int step(struct srv_node *n, const struct cons_input *in)
 /* ---- inputs ------------------------------------------------------------------------ */
 
 /* A NOPaxos request off kv.oum: decoded, then stamped with the sequencer's
- * session and number as the core's OUM message. */
+ * session and number as the core's OUM message; drops and fills (nop.h)
+ * likewise. */
 static int feed_oum(struct srv_node *n, const struct srv_in *in)
 {
     struct cons_rbuf r;
@@ -164,14 +167,16 @@ static int feed_oum(struct srv_node *n, const struct srv_in *in)
     int len;
     if (in->kind == SRV_IN_OUM_DROP) {
         fk_metric_add(n->m_gaps, 1);
-        len = nop_encode_oum_drop(n->oum_buf, FKC_OUM_TUPLE * 2, in->session, in->seq);
+        len = nop_encode_oum_drop(n->oum_buf, SRV_OUM_BUF, in->session, in->seq);
+    } else if (in->kind == SRV_IN_OUM_FILL) {
+        len = nop_encode_oum_fill(n->oum_buf, SRV_OUM_BUF, in->session, in->seq);
     } else {
         if (cons_wire_get_op(&r, &n->op) < 0 || n->op.client_id != in->client_id) {
             fk_metric_add(n->m_malformed, 1);
             return 0;
         }
         note_request(n, n->op.client_id, n->op.type);
-        len = nop_encode_oum_request(n->oum_buf, FKC_OUM_TUPLE * 2, in->session, in->seq, &n->op);
+        len = nop_encode_oum_request(n->oum_buf, SRV_OUM_BUF, in->session, in->seq, &n->op);
     }
     if (len < 0)
         return 0;
@@ -210,6 +215,7 @@ static int feed(struct srv_node *n, const struct srv_in *in)
     }
     case SRV_IN_OUM:
     case SRV_IN_OUM_DROP:
+    case SRV_IN_OUM_FILL:
         return n->nop ? feed_oum(n, in) : 0;
     }
     return 0;
@@ -485,7 +491,7 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
     n->proto = o->cluster.protocol == FK_PROTO_MULTIPAXOS ? CONS_PROTO_MPX : CONS_PROTO_NOP;
     n->start_ns = fk_now_ns();
     n->pend = calloc(PEND_SLOTS, sizeof(*n->pend));
-    n->oum_buf = malloc(FKC_OUM_TUPLE * 2);
+    n->oum_buf = malloc(SRV_OUM_BUF);
     uv_loop_init(&n->loop);
     metrics_init(n);
     *out = n;

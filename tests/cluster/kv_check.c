@@ -90,6 +90,16 @@ static void check_limits(flowkv *kv)
     EXPECT(rc == FK_ETOOBIG, "oversize value: %s", fk_strerror(rc));
     rc = flowkv_put(kv, big, FLOWKV_KEY_MAX, big, FLOWKV_VAL_MAX);
     EXPECT(rc == 0, "largest key and value: %s", fk_strerror(rc));
+    /* The largest operation: a CAS with two values of the largest size
+     * (NOPaxos: five kv.oum fragments, fkc_proto.h), then read back. */
+    static char big2[FLOWKV_VAL_MAX], got[FLOWKV_VAL_MAX];
+    memset(big2, 'y', sizeof(big2));
+    rc = flowkv_cas(kv, big, FLOWKV_KEY_MAX, big, FLOWKV_VAL_MAX, big2, FLOWKV_VAL_MAX);
+    EXPECT(rc == 0, "largest compare-and-swap: %s", fk_strerror(rc));
+    size_t glen = 0;
+    rc = flowkv_get(kv, big, FLOWKV_KEY_MAX, got, sizeof(got), &glen);
+    EXPECT(rc == 0 && glen == sizeof(big2) && memcmp(got, big2, glen) == 0,
+           "largest value read back: %s, %zu bytes", fk_strerror(rc), glen);
     rc = flowkv_put(kv, "", 0, "v", 1);
     EXPECT(rc == FK_EINVAL, "empty key: %s", fk_strerror(rc));
     static struct flowkv_result res;
@@ -229,7 +239,7 @@ static int mode_verify(const char *conf, const char *prefix, const char *acks)
 }
 
 /* Malformed requests straight onto the replica's flows: lying lengths, bad
- * kinds, random bytes, truncated protocol messages, a bogus ordered tuple. */
+ * kinds, random bytes, truncated protocol messages, bogus ordered messages. */
 static int mode_garbage(const char *conf, uint32_t replica)
 {
     struct fk_cluster_conf c;
@@ -274,10 +284,31 @@ static int mode_garbage(const char *conf, uint32_t replica)
         EXPECT(rc == 0, "open kv.oum: %s", fk_strerror(rc));
         if (rc == 0) {
             static uint8_t t[FKC_OUM_TUPLE];
-            for (int i = 0; i < 20; i++) {
+            for (int i = 0; i < 20; i++) { /* fragments that lie */
                 memset(t, i * 13, sizeof(t));
                 flow_push(s, t, sizeof(t));
             }
+            /* The first fragment of a message that never ends (flow_msg.h
+             * layout: dst, id, len, off, from, chunk), then whole messages
+             * of random bytes, some of several fragments. */
+            uint64_t head[2] = {5, 1000};
+            uint32_t frag[4] = {2 * FKC_OUM_TUPLE, 0, 0, FKC_OUM_TUPLE - FLOW_MSG_HDR};
+            memcpy(t, head, sizeof(head));
+            memcpy(t + sizeof(head), frag, sizeof(frag));
+            flow_push(s, t, sizeof(t));
+            struct flow_msg_tx tx;
+            flow_msg_tx_init(&tx, s, FKC_OUM_TUPLE);
+            static uint8_t m[FKC_OUM_MSG_MAX];
+            uint64_t x = 2463534242ULL;
+            for (int i = 0; i < 20; i++) {
+                size_t len = 1 + (size_t)(i * 211) % sizeof(m);
+                for (size_t j = 0; j < len; j++) {
+                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                    m[j] = (uint8_t)x;
+                }
+                flow_msg_send(&tx, -1, x | 1, 0, m, len);
+            }
+            flow_msg_tx_free(&tx);
             flow_source_close(s);
         }
     }

@@ -19,7 +19,8 @@
  *           3: an OUM request, session view % 4, number `type`, carrying a
  *              valid operation made from the bytes
  *           4: an OUM request whose operation is the bytes
- *           5: an OUM drop notification for (session view % 4, `type`)
+ *           5: an OUM drop notification for (session view % 4, `type`), or
+ *              a fill (nop.h) when the first byte is odd
  *           6: a tick, `type` milliseconds later
  *           7: a storage completion: the highest cookie issued less `type`,
  *              or when `from` is odd one never issued (must be FK_EINVAL)
@@ -259,7 +260,7 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
 {
     struct cons_wbuf w;
     uint64_t u;
-    type = (uint8_t)(NOP_GAP_FIND + type % (NOP__TYPES - NOP_GAP_FIND));
+    type = (uint8_t)(NOP_GAP_FIND + type % (NOP_SYNC_SIG + 1 - NOP_GAP_FIND));
     cons_wbuf_init(&w, msg, sizeof msg);
     cons_wire_begin(&w, CONS_PROTO_NOP, type, from, term);
     switch (type) {
@@ -465,6 +466,8 @@ static int oum(struct run *s, uint8_t op, uint8_t type, uint8_t from, uint8_t vi
         cons_w_u64(&w, type);
         cons_w_bytes(&w, c->p, c->n);
         n = cons_wire_finish(&w);
+    } else if (c->n > 0 && c->p[0] & 1) {
+        n = nop_encode_oum_fill(msg, sizeof msg, view & 3, type);
     } else {
         n = nop_encode_oum_drop(msg, sizeof msg, view & 3, type);
     }
@@ -486,7 +489,7 @@ static int record(struct run *s, const uint8_t h[4], const uint8_t *body, size_t
     switch (op) {
     case 0:
         cons_wbuf_init(&w, msg, sizeof msg);
-        cons_wire_begin(&w, CONS_PROTO_NOP, type % 16, from & 3, view_term(view));
+        cons_wire_begin(&w, CONS_PROTO_NOP, type % 32, from & 3, view_term(view));
         cons_w_bytes(&w, body, len);
         n = cons_wire_finish(&w);
         in.len = n > 0 ? (size_t)n : 0;

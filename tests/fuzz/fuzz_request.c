@@ -1,8 +1,9 @@
 /*
  * fuzz_request.c: libFuzzer target for the bytes a replica takes from
  * clients (client/fkc_proto.h): a kv.req.<i> message (one fkc_kind byte and
- * the request) and, under NOPaxos, a kv.oum tuple (struct fkc_oum and one
- * encoded cons op).
+ * the request) and, under NOPaxos, a kv.oum message (struct fkc_oum and
+ * one encoded cons op, joined from its fragments by flow_msg) and the
+ * fills of its leading fragments.
  *
  * flowkv-server takes them apart in static functions (server/srv_net.c
  * next_request and next_oum, server/srv_node.c feed and feed_oum), so this
@@ -20,12 +21,15 @@
  *                server refuses): the bytes, kind byte first
  *           1: a request the client library would send, its operation made
  *              from the bytes (client `a % 4 + 1`): FKC_OP and
- *              mpx_encode_request, or a kv.oum tuple as send_nop builds it
- *           2: a kv.oum tuple: the bytes, zero-padded to FKC_OUM_TUPLE
- *              (NOPaxos; Multi-Paxos hosts no kv.oum)
- *           3: by a % 4: 0 a tick, b milliseconds later; 1 a sequencer gap
+ *              mpx_encode_request, or a kv.oum message as send_nop builds
+ *              it
+ *           2: a kv.oum message: the bytes, fragments' dst = the client id
+ *              its header names (a odd) or a (a even) (NOPaxos;
+ *              Multi-Paxos hosts no kv.oum)
+ *           3: by a % 5: 0 a tick, b milliseconds later; 1 a sequencer gap
  *              (the drop of the next number); 2 a new sequencer session;
- *              3 b % 4 numbers lost without notice
+ *              3 b % 4 numbers lost without notice; 4 a fill (the number
+ *              of a leading fragment)
  * A replica alone serves nobody, so replica 0 of a 3-replica group gets
  * two scripted healthy peers: they elect it leader (Multi-Paxos) and
  * answer what a follower answers (PREVOTE-OK, PROMISE, ACCEPTED; SYNC-
@@ -40,6 +44,7 @@
 #include "cons_wire.h"
 #include "fk_error.h"
 #include "fkc_proto.h"
+#include "flow_msg.h"
 #include "kv.h"
 #include "mpx.h"
 #include "mpx_internal.h" /* the messages the scripted peers answer */
@@ -57,8 +62,8 @@
 #define QUEUE_MAX  64  /* peer answers waiting; more are lost */
 #define SETTLE_MAX 256 /* steps one input may cause at most */
 
-/* A kv.req message or a kv.oum tuple, built. */
-static uint8_t tuple[1 + CONS_WIRE_OP_MAX + 64 + FKC_OUM_TUPLE];
+/* A kv.req message or a kv.oum message, built. */
+static uint8_t tuple[1 + CONS_WIRE_OP_MAX + 64 + FKC_OUM_MSG_MAX];
 
 struct node {
     int nop; /* the protocol: NOPaxos, else Multi-Paxos */
@@ -70,7 +75,7 @@ struct node {
     uint32_t session;         /* the sequencer's (NOPaxos) */
     uint64_t seq;             /* its last number */
     struct cons_op op;
-    uint8_t oum_buf[FKC_OUM_TUPLE * 2]; /* as srv_node's */
+    uint8_t oum_buf[CONS_WIRE_OP_MAX + 64]; /* as srv_node's SRV_OUM_BUF */
     uint32_t nq;
     struct {
         uint32_t from, len;
@@ -299,17 +304,22 @@ static void server_request(struct node *n, uint64_t dst, const uint8_t *buf, siz
     feed(n, &in, 0, !well_formed);
 }
 
-/* A kv.oum tuple (FKC_OUM_TUPLE bytes) the sequencer numbered: srv_net.c
- * next_oum's checks, then srv_node.c feed_oum. A tuple the server drops
+/* A kv.oum message whole at a number the sequencer gave: srv_net.c
+ * next_oum's checks, then srv_node.c feed_oum. A message the server drops
  * still used its number: the replica sees a gap there. */
-static void server_oum(struct node *n, const uint8_t *t, int well_formed)
+static void server_oum(struct node *n, const uint8_t *m, size_t mlen, uint64_t dst, int well_formed)
 {
     struct fkc_oum h;
     struct cons_rbuf r;
-    memcpy(&h, t, sizeof h);
     n->seq++;
-    cons_rbuf_init(&r, t + sizeof h, h.len);
-    if (h.client_id == 0 || h.len == 0 || h.len > FKC_OUM_TUPLE - sizeof h ||
+    if (mlen <= sizeof h) {
+        if (well_formed)
+            abort();
+        return;
+    }
+    memcpy(&h, m, sizeof h);
+    cons_rbuf_init(&r, m + sizeof h, mlen - sizeof h);
+    if (h.client_id == 0 || h.client_id != dst || h.len != mlen - sizeof h ||
         cons_wire_get_op(&r, &n->op) < 0 || n->op.client_id != h.client_id) {
         if (well_formed)
             abort();
@@ -320,6 +330,18 @@ static void server_oum(struct node *n, const uint8_t *t, int well_formed)
         abort(); /* the buffer holds the largest operation */
     struct cons_input in = {
         .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = n->oum_buf, .len = (size_t)len};
+    feed(n, &in, 0, 0);
+}
+
+/* The number of a leading fragment: srv_net.c next_oum's FLOW_MSG_FRAGMENT,
+ * srv_node.c feed_oum. */
+static void server_fill(struct node *n)
+{
+    int len = nop_encode_oum_fill(n->oum_buf, sizeof n->oum_buf, n->session, ++n->seq);
+    struct cons_input in = {
+        .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = n->oum_buf, .len = (size_t)len};
+    if (len < 0)
+        abort();
     feed(n, &in, 0, 0);
 }
 
@@ -375,12 +397,15 @@ static void client_request(struct node *n, uint8_t a, const uint8_t *p, size_t l
     struct cons_wbuf w;
     for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
         h.reply_to[i] = i < 3 ? 0 : FKC_NO_TARGET;
-    memset(tuple, 0, FKC_OUM_TUPLE);
-    cons_wbuf_init(&w, tuple + sizeof h, FKC_OUM_TUPLE - sizeof h);
+    cons_wbuf_init(&w, tuple + sizeof h, FKC_OUM_MSG_MAX - sizeof h);
     cons_wire_put_op(&w, &op);
     h.len = (uint32_t)w.len;
     memcpy(tuple, &h, sizeof h);
-    server_oum(n, tuple, 1);
+    /* flow_msg numbers each fragment: the leading ones are fills. */
+    for (size_t k = FKC_OUM_TUPLE - FLOW_MSG_HDR; k < sizeof h + w.len;
+         k += FKC_OUM_TUPLE - FLOW_MSG_HDR)
+        server_fill(n);
+    server_oum(n, tuple, sizeof h + w.len, op.client_id, 1);
 }
 
 /* Applies one record: [op][a][b] and its bytes. */
@@ -397,22 +422,25 @@ static void record(struct node *n, const uint8_t h[3], const uint8_t *p, size_t 
         break;
     case 2:
         if (n->nop) {
-            memset(tuple, 0, FKC_OUM_TUPLE);
-            memcpy(tuple, p, len < FKC_OUM_TUPLE ? len : FKC_OUM_TUPLE);
-            server_oum(n, tuple, 0);
+            struct fkc_oum named = {0};
+            memcpy(&named, p, len < sizeof named ? len : sizeof named);
+            server_oum(n, p, len < FKC_OUM_MSG_MAX ? len : FKC_OUM_MSG_MAX,
+                       a % 2 ? named.client_id : a, 0);
         }
         break;
     default:
-        if (a % 4 == 0 || !n->nop) {
+        if (a % 5 == 0 || !n->nop) {
             n->now += b * MS;
             feed(n, &tick, 0, 0);
-        } else if (a % 4 == 1) {
+        } else if (a % 5 == 1) {
             server_drop(n);
-        } else if (a % 4 == 2) {
+        } else if (a % 5 == 2) {
             n->session += n->session < 65535;
             n->seq = 0;
-        } else {
+        } else if (a % 5 == 3) {
             n->seq += b % 4;
+        } else {
+            server_fill(n);
         }
         break;
     }

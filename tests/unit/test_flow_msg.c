@@ -204,10 +204,9 @@ TEST(msg_ordered_accounts_for_every_number)
     push_frag(src, 53, 5000, 0, room, 'd');                  /* 9: longer than max_msg */
     CHECK_OK(flow_source_close(src));
     flow_msg_tx_free(&tx);
-    static const int want[] = {FLOW_MSG_FRAGMENT, FLOW_MSG_FRAGMENT, FLOW_MSG_WHOLE,
-                               FLOW_MSG_WHOLE,    FLOW_MSG_FRAGMENT, FLOW_MSG_WHOLE,
-                               FLOW_MSG_LOST,     FLOW_MSG_FRAGMENT, FLOW_MSG_LOST,
-                               FLOW_MSG_LOST};
+    static const int want[] = {
+        FLOW_MSG_FRAGMENT, FLOW_MSG_FRAGMENT, FLOW_MSG_WHOLE,    FLOW_MSG_WHOLE, FLOW_MSG_FRAGMENT,
+        FLOW_MSG_WHOLE,    FLOW_MSG_LOST,     FLOW_MSG_FRAGMENT, FLOW_MSG_LOST,  FLOW_MSG_LOST};
     struct flow_msg_item it;
     for (uint64_t k = 0; k < sizeof want / sizeof want[0]; k++) {
         CHECK_OK(flow_msg_recv_ordered(rx, &it, 10 * FT_SEC));

@@ -125,9 +125,8 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
     for (uint32_t i = 0; i < N; i++) {
         if (g->down >> i & 1)
             continue; /* lost: the OUM never reached it */
-        int len = drops_mask >> i & 1
-                      ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
-                  : op == NULL ? nop_encode_oum_fill(buf, sizeof buf, g->session, num)
+        int len = drops_mask >> i & 1 ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
+                  : op == NULL        ? nop_encode_oum_fill(buf, sizeof buf, g->session, num)
                                : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
         CHECK(len > 0);
         struct cons_input in = {
