@@ -586,9 +586,14 @@ static void replicate_reattach(flow_source *s)
     }
 }
 
+/* A tuple goes to every live target or to none: each live target's fill
+ * is the flow's rfill, or 0 for one that joined mid-segment, so that no
+ * stage holds more than a segment. (A push that failed at one target,
+ * its ring full past the timeout, once left the tuple staged at the
+ * targets before it: their fill ran ahead of rfill, and a later push
+ * wrote past the end of their stages.) */
 static int replicate_push(flow_source *s, const void *tuple)
 {
-    int live = 0;
     replicate_reattach(s);
     if (s->rfill == s->geom.tuples_per_seg || (s->seq_pending && s->rfill > 0)) {
         /* A segment whose seal failed (full, or flushed while the
@@ -597,25 +602,29 @@ static int replicate_push(flow_source *s, const void *tuple)
         if (rc < 0)
             return rc;
     }
+    /* A new segment needs room at every live target before any copy. */
+    uint32_t room = 0;
+    for (uint32_t k = 0; k < s->desc.ntargets; k++) {
+        uint8_t *stage;
+        if (s->t[k].state != 1 || s->t[k].fill != s->rfill)
+            continue; /* down, or joined mid-segment: starts with the next one */
+        int rc = s->rfill > 0 ? 0 : stage_for(s, (int)k, &stage);
+        if (rc == 0)
+            room |= 1u << k;
+        else if (rc != FK_ECLOSED)
+            return rc;
+    }
+    if (room == 0)
+        return FK_ECLOSED;
     for (uint32_t k = 0; k < s->desc.ntargets; k++) {
         struct flow__starget *st = &s->t[k];
-        if (st->state != 1)
+        if (!(room >> k & 1) || st->state != 1)
             continue;
-        uint8_t *stage;
-        if (st->fill == 0 && s->rfill > 0)
-            continue; /* joined mid-segment: starts with the next one */
-        int rc = stage_for(s, (int)k, &stage);
-        if (rc == FK_ECLOSED)
-            continue;
-        if (rc < 0)
-            return rc;
+        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
         memcpy(stage + (uint64_t)st->fill * s->desc.schema.tuple_size, tuple,
                s->desc.schema.tuple_size);
         st->fill++;
-        live++;
     }
-    if (live == 0)
-        return FK_ECLOSED;
     if (++s->rfill == s->geom.tuples_per_seg)
         return replicate_seal(s, 0);
     return 0;
