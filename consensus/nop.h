@@ -44,8 +44,10 @@
  *  - Log compaction and state transfer: a replica checkpoints its state
  *    (state machine snapshot + client table) at a committed slot once a
  *    quarter of its log ring lies behind the last checkpoint; a leader,
- *    which executes ahead of the commit point, pauses taking new messages
- *    at half a ring until followers caught up so it can checkpoint too.
+ *    which executes ahead of the commit point, serialises its state at the
+ *    slot it executed then and makes it its checkpoint once that slot
+ *    commits (it pauses taking new messages only at half a ring, when a
+ *    follower is that far behind).
  *    A follower that lacks compacted slots receives the leader's checkpoint
  *    (STATE); view change, START-VIEW and recovery messages carry the
  *    sender's checkpoint and its log after it. A replica whose executed

@@ -20,7 +20,8 @@ enum nop_type {
     NOP_GAP_COMMIT = 6,     /* term = view; u64 slot [, u64 lo: NO-OPs in lo..slot] */
     NOP_GAP_COMMIT_REP = 7, /* term = view; u64 slot */
     NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
-    NOP_SYNC_REP = 9,       /* term = view; u64 synced [, u64 NOP_SYNC_REP_* flags] */
+    NOP_SYNC_REP = 9,       /* term = view; u64 synced [, u64 NOP_SYNC_REP_* flags
+                               [, u64 asked: the first slot the answered message covered]] */
     NOP_VC_REQ = 10,        /* term = view */
     NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, u64 commit,
                                checkpoint, log after it */
@@ -102,6 +103,11 @@ struct nop {
     uint64_t snap, log_len, sess_start, executed, commit, synced;
     uint8_t *cp; /* checkpoint blob at snap */
     size_t cp_len, cp_cap;
+    /* A leader's next checkpoint, taken when it executed pcp_slot (not
+     * committed yet) in view pcp_view; 0 = none (maybe_checkpoint). */
+    uint8_t *pcp;
+    size_t pcp_len;
+    uint64_t pcp_slot, pcp_view;
 
     struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
     uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */

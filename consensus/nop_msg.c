@@ -76,6 +76,7 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
     case NOP_SYNC_REP:
         m->u1 = cons_r_u64(r);
         m->u2 = r->off < r->len ? cons_r_u64(r) : 0; /* NOP_SYNC_REP_* flags */
+        m->u3 = r->off < r->len ? cons_r_u64(r) : 0; /* asked; 0 from an older replica */
         return m->u2 & ~(uint64_t)(NOP_SYNC_REP_DIFFERED | NOP_SYNC_REP_FULL) ? FK_EMALFORMED : 0;
     case NOP_SYNC_SIG:
         /* ents holds the n hashes, 8 bytes each (nop__sig_at). */

@@ -1,17 +1,22 @@
 /* Unit tests for the NOPaxos core driven directly: three replicas on a
  * lossless in-test network fed by an in-test sequencer; a request gets f+1
  * matching replies including the leader's result; a dropped message is
- * resolved by gap agreement (a NO-OP everywhere); a sequencer failover
- * causes a view change into the new session; malformed input is rejected. */
+ * resolved by gap agreement (a NO-OP everywhere); fills are NO-OPs without
+ * it; a leader whose followers answer late keeps checkpointing and
+ * confirms their logs by hashes; a sequencer failover causes a view change
+ * into the new session; malformed input is rejected. */
 #include "check.h"
 #include "fk_error.h"
 #include "kv.h"
 #include "nop.h"
+#include "nop_internal.h" /* message types, to count SYNCs */
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #define N 3
+
+enum { LAG_BEFORE = 1, LAG_AFTER = 2 };
 
 struct group {
     struct nop *r[N];
@@ -28,6 +33,18 @@ struct group {
     uint32_t down;           /* replicas that receive nothing */
     uint8_t leader_msg[256]; /* the last reply carrying a result, as sent */
     uint32_t leader_len;
+    /* lag: messages from the followers to the leader wait for the next
+     * multicast and reach the leader before it (LAG_BEFORE) or after it
+     * (LAG_AFTER: the leader hears of a request only after it executed
+     * the next one). followers_first: the OUM reaches the followers before
+     * the leader. */
+    int lag, followers_first;
+    int full_syncs; /* SYNC messages (entries, not hashes) the leader sent */
+    uint32_t nlate;
+    struct {
+        uint32_t from, len;
+        uint8_t buf[256];
+    } late[64];
 };
 
 static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob);
@@ -80,6 +97,19 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
                                 .from = cons_replica(from),
                                 .buf = msgs[k].buf,
                                 .len = msgs[k].len};
+        struct cons_wire_hdr h;
+        struct cons_rbuf body;
+        if (from == 0 &&
+            cons_wire_open(msgs[k].buf, msgs[k].len, CONS_PROTO_NOP, NOP__TYPES, &h, &body) == 0 &&
+            h.type == NOP_SYNC)
+            g->full_syncs++;
+        if (g->lag && from != 0 && msgs[k].to.id == 0) {
+            CHECK(g->nlate < 64 && msgs[k].len <= sizeof g->late[0].buf);
+            g->late[g->nlate].from = from;
+            g->late[g->nlate].len = (uint32_t)msgs[k].len;
+            memcpy(g->late[g->nlate++].buf, msgs[k].buf, msgs[k].len);
+            continue;
+        }
         if (!(g->down >> msgs[k].to.id & 1))
             step(g, (uint32_t)msgs[k].to.id, &in);
     }
@@ -116,13 +146,35 @@ static void stop(struct group *g)
     }
 }
 
+/* The followers' messages of the last round, to the leader. */
+static void release(struct group *g, uint8_t (*late)[256], const uint32_t *lens,
+                    const uint32_t *froms, uint32_t nlate)
+{
+    for (uint32_t k = 0; k < nlate; k++) {
+        struct cons_input in = {
+            .kind = CONS_IN_MSG, .from = cons_replica(froms[k]), .buf = late[k], .len = lens[k]};
+        step(g, 0, &in);
+    }
+}
+
 /* The sequencer: stamps op (a fill when NULL) and delivers it, or a drop
  * notice to `drops`. */
 static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_mask)
 {
     uint8_t buf[4096];
     uint64_t num = ++g->msgnum;
-    for (uint32_t i = 0; i < N; i++) {
+    static uint8_t late[64][256]; /* the queue, copied out: stepping refills it */
+    uint32_t nlate = g->nlate, lens[64], froms[64];
+    for (uint32_t k = 0; k < nlate; k++) {
+        memcpy(late[k], g->late[k].buf, g->late[k].len);
+        lens[k] = g->late[k].len;
+        froms[k] = g->late[k].from;
+    }
+    g->nlate = 0;
+    if (g->lag == LAG_BEFORE)
+        release(g, late, lens, froms, nlate);
+    for (uint32_t k = 0; k < N; k++) {
+        uint32_t i = g->followers_first ? N - 1 - k : k;
         if (g->down >> i & 1)
             continue; /* lost: the OUM never reached it */
         int len = drops_mask >> i & 1 ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
@@ -133,6 +185,8 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
             .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = buf, .len = (size_t)len};
         step(g, i, &in);
     }
+    if (g->lag == LAG_AFTER)
+        release(g, late, lens, froms, nlate);
 }
 
 static struct cons_op put(uint64_t req, const char *val)
@@ -204,6 +258,55 @@ TEST(sustained_load_needs_no_heartbeat)
         CHECK_EQ_U64(st.log_len, 80);
         CHECK(st.commit >= 80 - 16 / 16);
     }
+    stop(&g);
+}
+
+/* The leader hears its followers one request late, always, so its commit
+ * point never reaches what it executed. It still checkpoints (at a slot it
+ * executed a quarter ring past the last checkpoint, once that slot
+ * commits) and so never stops at half a ring: every request is answered
+ * at once through five rings. Before, it waited for the commit point to
+ * reach what it executed, which here happens only after it stopped. */
+TEST(leader_checkpoints_behind_a_moving_commit_point)
+{
+    static struct group g;
+    start(&g);
+    g.lag = LAG_BEFORE;
+    for (int i = 1; i <= 80; i++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", i);
+        struct cons_op op = put((uint64_t)i, v);
+        multicast(&g, &op, 0);
+        CHECK_EQ_I64(g.results, i);
+        struct nop_stat st;
+        nop_status(g.r[0], &st);
+        CHECK(st.commit < st.executed);
+    }
+    stop(&g);
+}
+
+/* Followers that hold every entry (from the OUM) need only hashes to
+ * confirm them, also when a heartbeat's sync overlaps an eager one (the
+ * leader hears of each one request late here). The answer to the second,
+ * no further than the first's, is still progress on what that message
+ * asked; it once counted as none, and the follower got entries (SYNC) and
+ * could be left waiting for the next heartbeat. */
+TEST(overlapping_syncs_send_no_entries)
+{
+    static struct group g;
+    start(&g);
+    g.lag = LAG_AFTER;
+    g.followers_first = 1;
+    for (int i = 1; i <= 40; i++) {
+        char v[8];
+        snprintf(v, sizeof v, "%d", i);
+        struct cons_op op = put((uint64_t)i, v);
+        multicast(&g, &op, 0);
+        CHECK_EQ_I64(g.results, i);
+        if (i % 3 == 0)
+            ticks(&g, 2); /* a heartbeat: a sync to each follower */
+    }
+    CHECK_EQ_I64(g.full_syncs, 0);
     stop(&g);
 }
 
