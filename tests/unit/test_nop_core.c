@@ -203,6 +203,15 @@ static struct cons_op put(uint64_t req, const char *val)
     return op;
 }
 
+/* Request i: a put of key k to the decimal i, client 5's request i. */
+static void multicast_put(struct group *g, int i)
+{
+    char v[8];
+    snprintf(v, sizeof v, "%d", i);
+    struct cons_op op = put((uint64_t)i, v);
+    multicast(g, &op, 0);
+}
+
 static void ticks(struct group *g, int n)
 {
     for (int t = 0; t < n; t++) {
@@ -246,10 +255,7 @@ TEST(sustained_load_needs_no_heartbeat)
     static struct group g;
     start(&g);
     for (int i = 1; i <= 80; i++) {
-        char v[8];
-        snprintf(v, sizeof v, "%d", i);
-        struct cons_op op = put((uint64_t)i, v);
-        multicast(&g, &op, 0);
+        multicast_put(&g, i);
         CHECK_EQ_I64(g.results, i);
     }
     for (uint32_t i = 0; i < N; i++) {
@@ -273,10 +279,7 @@ TEST(leader_checkpoints_behind_a_moving_commit_point)
     start(&g);
     g.lag = LAG_BEFORE;
     for (int i = 1; i <= 80; i++) {
-        char v[8];
-        snprintf(v, sizeof v, "%d", i);
-        struct cons_op op = put((uint64_t)i, v);
-        multicast(&g, &op, 0);
+        multicast_put(&g, i);
         CHECK_EQ_I64(g.results, i);
         struct nop_stat st;
         nop_status(g.r[0], &st);
@@ -298,10 +301,7 @@ TEST(overlapping_syncs_send_no_entries)
     g.lag = LAG_AFTER;
     g.followers_first = 1;
     for (int i = 1; i <= 40; i++) {
-        char v[8];
-        snprintf(v, sizeof v, "%d", i);
-        struct cons_op op = put((uint64_t)i, v);
-        multicast(&g, &op, 0);
+        multicast_put(&g, i);
         CHECK_EQ_I64(g.results, i);
         if (i % 3 == 0)
             ticks(&g, 2); /* a heartbeat: a sync to each follower */
