@@ -294,8 +294,14 @@ static int fk__validate(struct fk__conf_ctx *c)
     if (rc < 0)
         return rc;
     if (!c->have_sequencers) {
-        conf->n_sequencers = 1;
-        conf->sequencers[0] = 0;
+        /* Every node, the last first: view 0's leader is node 0, and a
+         * sequencer apart from the leader means that one failure never
+         * takes both (NOPaxos runs it apart from the replicas, section 3):
+         * a leader crash or cut costs a view change, not a view change and
+         * a sequencer failover. */
+        conf->n_sequencers = conf->n_nodes;
+        for (uint32_t i = 0; i < conf->n_nodes; i++)
+            conf->sequencers[i] = conf->n_nodes - 1 - i;
     }
     for (uint32_t i = 0; i < conf->n_sequencers; i++)
         if (conf->sequencers[i] >= conf->n_nodes)

@@ -10,8 +10,10 @@
  *                                 ; async: acknowledged on replication alone
  *   token      = 3f9c...          ; shared secret, 16..127 printable chars
  *   ; token_file = /etc/flowkv/token   (instead of token; first line is used)
- *   sequencers = 0, 1             ; node ids that may run the NOPaxos
- *                                 ; sequencer, in failover order (default: 0)
+ *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
+ *                                 ; sequencer, in failover order (default:
+ *                                 ; every node, the last first, so that view
+ *                                 ; 0's leader, node 0, does not host it)
  *
  *   [node 0]                      ; ids are 0..N-1, N odd (N = 2f + 1)
  *   address     = 10.0.0.1:7100   ; host:port (or [v6]:port) replicas listen on

@@ -67,8 +67,10 @@ if [ ! -f "$conf" ]; then
         echo "protocol   = $proto"
         echo "durability = $durability"
         echo "token      = $token"
-        # Every replica may take over the NOPaxos sequencer, in this order.
-        echo "sequencers = $(seq -s ', ' 0 $((replicas - 1)))"
+        # Every replica may take over the NOPaxos sequencer, in this order:
+        # the last first, so that view 0's leader (replica 0) does not host
+        # it and one failure never takes both (common/fk_conf.h).
+        echo "sequencers = $(seq -s ', ' $((replicas - 1)) -1 0)"
         for ((i = 0; i < replicas; i++)); do
             echo
             echo "[node $i]"

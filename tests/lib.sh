@@ -50,7 +50,7 @@ fk_local_conf() {
         echo "protocol = $2"
         echo "durability = $3"
         echo "token = local-test-token-0123456789"
-        echo "sequencers = 0, 1, 2"
+        echo "sequencers = 2, 1, 0"
         for i in 0 1 2; do
             printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' \
                 "$i" $(($4 + i)) "$i"

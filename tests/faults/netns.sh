@@ -137,7 +137,7 @@ nsc_conf() {
         echo "protocol = $NSC_PROTO"
         echo "durability = sync"
         echo "token = faults-token-$NSC_RUNID-0123456789"
-        echo "sequencers = 0, 1, 2"
+        echo "sequencers = 2, 1, 0"
         for ((i = 0; i < NSC_N; i++)); do
             echo "[node $i]"
             echo "address = ${NSC_ADDR[i]}:$NSC_PORT"

@@ -54,8 +54,8 @@ fx__label() {
     loss) echo "${FX_LOSS}% packet loss on every host" ;;
     delay) echo "${FX_DELAY_MS} ms + 0..${FX_JITTER_MS} ms delay on every host's packets" ;;
     sequencer-failover)
-        if [ "$1" = nopaxos ]; then echo "sequencer failover (kill -9 replica 0, the sequencer)"; else
-            echo "replica 0 kill -9 (sequencer-failover slot; Multi-Paxos has no sequencer)"
+        if [ "$1" = nopaxos ]; then echo "sequencer failover (kill -9 the replica hosting the sequencer)"; else
+            echo "kill -9 of the first replica of the sequencers list (sequencer-failover slot; Multi-Paxos has no sequencer)"
         fi
         ;;
     cluster-restart) echo "whole-cluster kill -9 and restart from disk" ;;

@@ -29,7 +29,7 @@ base=$((20000 + RANDOM % 12000))
     echo "protocol = nopaxos"
     echo "durability = sync"
     echo "token = deploy-test-token-012345"
-    echo "sequencers = 0, 1, 2"
+    echo "sequencers = 2, 1, 0"
     for i in 0 1 2; do
         printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
             $i $((base + i)) $i $i

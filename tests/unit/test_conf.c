@@ -64,6 +64,13 @@ TEST(conf_defaults)
     CHECK_EQ_U64(conf.n_sequencers, 1);
     CHECK_EQ_U64(conf.sequencers[0], 0);
     CHECK_EQ_STR(conf.nodes[0].metrics, "");
+    /* Without the key, every node may run the sequencer, the last first:
+     * view 0's leader (node 0) is the last resort. */
+    CHECK_OK(fk_conf_parse("[cluster]\ntoken=aaaaaaaaaaaaaaaa\n[node 0]\naddress=h:1\n"
+                           "[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n",
+                           "t", NULL, &conf, err, sizeof err));
+    CHECK_EQ_U64(conf.n_sequencers, 3);
+    CHECK(conf.sequencers[0] == 2 && conf.sequencers[1] == 1 && conf.sequencers[2] == 0);
 }
 
 /* Each bad file must fail with FK_ECONFIG and a message naming the problem. */
