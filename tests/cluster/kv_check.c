@@ -238,6 +238,15 @@ static int mode_verify(const char *conf, const char *prefix, const char *acks)
     return failures || n == 0 ? 1 : 0;
 }
 
+/* len bytes of xorshift64 from state *x. */
+static void random_bytes(uint8_t *b, size_t len, uint64_t *x)
+{
+    for (size_t j = 0; j < len; j++) {
+        *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+        b[j] = (uint8_t)*x;
+    }
+}
+
 /* Malformed requests straight onto the replica's flows: lying lengths, bad
  * kinds, random bytes, truncated protocol messages, bogus ordered messages. */
 static int mode_garbage(const char *conf, uint32_t replica)
@@ -263,10 +272,7 @@ static int mode_garbage(const char *conf, uint32_t replica)
         uint64_t x = 88172645463325252ULL;
         for (int i = 0; i < 200; i++) {
             size_t len = 1 + (size_t)(i * 37) % sizeof(buf);
-            for (size_t j = 0; j < len; j++) {
-                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                buf[j] = (uint8_t)x;
-            }
+            random_bytes(buf, len, &x);
             if (i % 3 == 0)
                 buf[0] = FKC_OP; /* a valid kind, then garbage */
             flow_msg_send(&tx, 0, x | 1, 0, buf, len);
@@ -302,10 +308,7 @@ static int mode_garbage(const char *conf, uint32_t replica)
             uint64_t x = 2463534242ULL;
             for (int i = 0; i < 20; i++) {
                 size_t len = 1 + (size_t)(i * 211) % sizeof(m);
-                for (size_t j = 0; j < len; j++) {
-                    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-                    m[j] = (uint8_t)x;
-                }
+                random_bytes(m, len, &x);
                 flow_msg_send(&tx, -1, x | 1, 0, m, len);
             }
             flow_msg_tx_free(&tx);

@@ -333,22 +333,13 @@ static void server_oum(struct node *n, const uint8_t *m, size_t mlen, uint64_t d
     feed(n, &in, 0, 0);
 }
 
-/* The number of a leading fragment: srv_net.c next_oum's FLOW_MSG_FRAGMENT,
- * srv_node.c feed_oum. */
-static void server_fill(struct node *n)
+/* A number that carries no request, as srv_node.c feed_oum hands it in:
+ * a sequencer gap (srv_net.c next_oum's drop) or, with fill, the number of
+ * a leading fragment (FLOW_MSG_FRAGMENT). */
+static void server_number(struct node *n, int fill)
 {
-    int len = nop_encode_oum_fill(n->oum_buf, sizeof n->oum_buf, n->session, ++n->seq);
-    struct cons_input in = {
-        .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = n->oum_buf, .len = (size_t)len};
-    if (len < 0)
-        abort();
-    feed(n, &in, 0, 0);
-}
-
-/* A sequencer gap: srv_net.c next_oum's FK_EGAP, srv_node.c feed_oum. */
-static void server_drop(struct node *n)
-{
-    int len = nop_encode_oum_drop(n->oum_buf, sizeof n->oum_buf, n->session, ++n->seq);
+    int len = fill ? nop_encode_oum_fill(n->oum_buf, sizeof n->oum_buf, n->session, ++n->seq)
+                   : nop_encode_oum_drop(n->oum_buf, sizeof n->oum_buf, n->session, ++n->seq);
     struct cons_input in = {
         .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = n->oum_buf, .len = (size_t)len};
     if (len < 0)
@@ -404,7 +395,7 @@ static void client_request(struct node *n, uint8_t a, const uint8_t *p, size_t l
     /* flow_msg numbers each fragment: the leading ones are fills. */
     for (size_t k = FKC_OUM_TUPLE - FLOW_MSG_HDR; k < sizeof h + w.len;
          k += FKC_OUM_TUPLE - FLOW_MSG_HDR)
-        server_fill(n);
+        server_number(n, 1);
     server_oum(n, tuple, sizeof h + w.len, op.client_id, 1);
 }
 
@@ -433,14 +424,14 @@ static void record(struct node *n, const uint8_t h[3], const uint8_t *p, size_t 
             n->now += b * MS;
             feed(n, &tick, 0, 0);
         } else if (a % 5 == 1) {
-            server_drop(n);
+            server_number(n, 0);
         } else if (a % 5 == 2) {
             n->session += n->session < 65535;
             n->seq = 0;
         } else if (a % 5 == 3) {
             n->seq += b % 4;
         } else {
-            server_fill(n);
+            server_number(n, 1);
         }
         break;
     }
