@@ -3,7 +3,12 @@
  * server issue: one synchronous client (libflowkv) puts and gets against a
  * running cluster, and in the same run a raw TCP ping-pong of the same size
  * between this process and a forked echo process on loopback, the floor any
- * replicated round trip stands on; and "raw nop", NOPaxos' message pattern
+ * replicated round trip stands on, taken twice: with both processes on one
+ * CPU ("raw tcp") and on two ("raw tcp x"). The scheduler picks either
+ * placement for an unpinned ping-pong, and on a virtual machine they differ
+ * by 4x (a wakeup across CPUs is an interprocessor interrupt through the
+ * hypervisor), so an unpinned baseline drifts between runs; the ratios use
+ * the same-CPU one, the stricter. Then "raw nop", NOPaxos' message pattern
  * over raw TCP between processes that only echo (a round trip to a
  * sequencer, the request to three replicas, done at replica 0's answer and
  * one more): what a NOPaxos put costs on this machine with no protocol,
@@ -19,9 +24,11 @@
  * a last line
  *   kv-lat: LABEL put_p50_us=.. put_p99_us=.. get_p50_us=.. get_p99_us=..
  *           raw_p50_us=.. raw_p99_us=.. put_ratio=.. get_ratio=..
+ *           rawx_p50_us=.. put_ratio_x=..
  *           rawnop_p50_us=.. rawnop_ratio=.. put_vs_rawnop=..
- * where the ratios are medians over the raw TCP median (put_vs_rawnop:
- * the put's median over raw nop's). Exit status
+ * where the ratios are medians over the same-CPU raw TCP median
+ * (put_ratio_x: over the two-CPU one, "none" with a single CPU to run on;
+ * put_vs_rawnop: the put's median over raw nop's). Exit status
  * 0, 1 when an operation failed (its error on stderr), 2 for bad arguments.
  */
 #include "fk_error.h"
@@ -33,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +56,8 @@
 /* M_FLOOR: NOPaxos' message pattern (section 4: a sequencer, then every
  * replica; done at the leader's reply and one more) over raw TCP between
  * processes that only echo, so what a put costs beyond this is flowkv's. */
-enum { M_RAW, M_FLOOR, M_PUT, M_GET, M_COUNT };
-static const char *const m_name[M_COUNT] = {"raw tcp", "raw nop", "put", "get"};
+enum { M_RAW, M_RAWX, M_FLOOR, M_PUT, M_GET, M_COUNT };
+static const char *const m_name[M_COUNT] = {"raw tcp", "raw tcp x", "raw nop", "put", "get"};
 #define FLOOR_REPLICAS 3
 
 struct bench {
@@ -60,6 +68,8 @@ struct bench {
     uint8_t buf[BYTES_MAX];
     const char *failed_at; /* the measurement that failed, and its index */
     int failed_i;
+    cpu_set_t cpus; /* this process's CPUs, given back after each raw run */
+    int cpu[2];     /* two of them, or cpu[1] -1 when there is one */
 };
 
 static int full_io(int fd, void *p, size_t n, int out)
@@ -148,24 +158,62 @@ static int floor_once(struct floor *f, uint8_t *buf, size_t bytes, uint64_t *ns)
     return full_io(f->fd[first == 2 ? 3 : 2], buf, bytes, 0);
 }
 
+static void pin(pid_t pid, int cpu)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    sched_setaffinity(pid, sizeof(one), &one);
+}
+
+/* OPS raw round trips with this process on cpu[0] and the echo process on
+ * echo_cpu; both get every CPU back after. */
+static int raw_placed(struct bench *b, int fd, pid_t echo, int echo_cpu, struct fk_hist *h)
+{
+    int rc = 0;
+    pin(0, b->cpu[0]);
+    pin(echo, echo_cpu);
+    for (int i = 0; rc == 0 && i < b->ops; i++) {
+        uint64_t t0 = fk_now_ns();
+        rc = full_io(fd, b->buf, (size_t)b->bytes, 1) < 0 ||
+                     full_io(fd, b->buf, (size_t)b->bytes, 0) < 0
+                 ? -1
+                 : 0;
+        fk_hist_record(h, fk_now_ns() - t0);
+    }
+    sched_setaffinity(0, sizeof(b->cpus), &b->cpus);
+    sched_setaffinity(echo, sizeof(b->cpus), &b->cpus);
+    return rc;
+}
+
+/* The first two CPUs this process may run on. */
+static void pick_cpus(struct bench *b)
+{
+    b->cpu[0] = b->cpu[1] = -1;
+    if (sched_getaffinity(0, sizeof(b->cpus), &b->cpus) != 0) {
+        CPU_ZERO(&b->cpus);
+        CPU_SET(0, &b->cpus);
+    }
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; c++) {
+        if (CPU_ISSET(c, &b->cpus))
+            b->cpu[k++] = c;
+    }
+}
+
 static void key_of(char *k, size_t cap, int i)
 {
     snprintf(k, cap, "lat%08d", i);
 }
 
 /* One round: OPS of each measurement into h[]. 0 or the first error. */
-static int one_round(struct bench *b, flowkv *kv, int fd, struct floor *f,
+static int one_round(struct bench *b, flowkv *kv, int fd, pid_t echo, struct floor *f,
                      struct fk_hist h[M_COUNT])
 {
     char key[32], val[BYTES_MAX];
     size_t vlen;
-    for (int i = 0; i < b->ops; i++) {
-        uint64_t t0 = fk_now_ns();
-        if (full_io(fd, b->buf, (size_t)b->bytes, 1) < 0 ||
-            full_io(fd, b->buf, (size_t)b->bytes, 0) < 0)
-            return FK_EUNREACHABLE;
-        fk_hist_record(&h[M_RAW], fk_now_ns() - t0);
-    }
+    if (raw_placed(b, fd, echo, b->cpu[0], &h[M_RAW]) < 0 ||
+        (b->cpu[1] >= 0 && raw_placed(b, fd, echo, b->cpu[1], &h[M_RAWX]) < 0))
+        return FK_EUNREACHABLE;
     for (int i = 0; i < b->ops; i++) {
         uint64_t ns;
         if (floor_once(f, b->buf, (size_t)b->bytes, &ns) < 0)
@@ -245,21 +293,31 @@ static int parse_args(struct bench *b, int argc, char **argv)
 static void report(struct bench *b)
 {
     double p50[M_COUNT], p99[M_COUNT];
-    printf("%-8s %10s %10s %10s %10s %10s\n", "", "p50 us", "p99 us", "p99.9 us", "mean us",
+    int have_x = b->cpu[1] >= 0;
+    printf("%-9s %10s %10s %10s %10s %10s\n", "", "p50 us", "p99 us", "p99.9 us", "mean us",
            "vs raw");
     for (int m = 0; m < M_COUNT; m++) {
         p50[m] = median_us(b->med[m], b->rounds);
         p99[m] = (double)fk_hist_percentile(&b->all[m], 99) / 1e3;
     }
-    for (int m = 0; m < M_COUNT; m++)
-        printf("%-8s %10.1f %10.1f %10.1f %10.1f %9.2fx\n", m_name[m], p50[m], p99[m],
+    for (int m = 0; m < M_COUNT; m++) {
+        if (m == M_RAWX && !have_x) {
+            printf("%-9s %10s (one CPU to run on)\n", m_name[m], "none");
+            continue;
+        }
+        printf("%-9s %10.1f %10.1f %10.1f %10.1f %9.2fx\n", m_name[m], p50[m], p99[m],
                (double)fk_hist_percentile(&b->all[m], 99.9) / 1e3, fk_hist_mean(&b->all[m]) / 1e3,
                p50[m] / p50[M_RAW]);
+    }
+    char x[64] = "rawx_p50_us=none put_ratio_x=none";
+    if (have_x)
+        snprintf(x, sizeof(x), "rawx_p50_us=%.1f put_ratio_x=%.2f", p50[M_RAWX],
+                 p50[M_PUT] / p50[M_RAWX]);
     printf("kv-lat: %s put_p50_us=%.1f put_p99_us=%.1f get_p50_us=%.1f get_p99_us=%.1f "
-           "raw_p50_us=%.1f raw_p99_us=%.1f put_ratio=%.2f get_ratio=%.2f "
+           "raw_p50_us=%.1f raw_p99_us=%.1f put_ratio=%.2f get_ratio=%.2f %s "
            "rawnop_p50_us=%.1f rawnop_ratio=%.2f put_vs_rawnop=%.2f\n",
            b->label, p50[M_PUT], p99[M_PUT], p50[M_GET], p99[M_GET], p50[M_RAW], p99[M_RAW],
-           p50[M_PUT] / p50[M_RAW], p50[M_GET] / p50[M_RAW], p50[M_FLOOR],
+           p50[M_PUT] / p50[M_RAW], p50[M_GET] / p50[M_RAW], x, p50[M_FLOOR],
            p50[M_FLOOR] / p50[M_RAW], p50[M_PUT] / p50[M_FLOOR]);
 }
 
@@ -278,6 +336,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "flowkv-bench-lat: %s\n", err);
         return 1;
     }
+    pick_cpus(&b);
     pid_t child = -1;
     int fd = raw_open(b.bytes, &child);
     static struct floor f;
@@ -295,7 +354,7 @@ int main(int argc, char **argv)
         static struct fk_hist h[M_COUNT];
         for (int m = 0; m < M_COUNT; m++)
             fk_hist_init(&h[m]);
-        rc = one_round(&b, kv, fd, &f, h);
+        rc = one_round(&b, kv, fd, child, &f, h);
         for (int m = 0; rc == 0 && m < M_COUNT; m++) {
             b.med[m][r] = fk_hist_percentile(&h[m], 50);
             fk_hist_merge(&b.all[m], &h[m]);
