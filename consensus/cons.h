@@ -40,9 +40,9 @@
 #define CONS_REPLY_MAX       8192       /* bytes of reply payload (a value or scan pairs) */
 #define CONS_REPLICAS_MAX    7          /* replicas in a group (2f+1, f <= 3) */
 #define CONS_BATCH_MAX       8          /* client operations in one log entry */
-#define CONS_LOG_CAP_MAX     1024       /* log entries held in memory (the window) */
+#define CONS_LOG_CAP_MAX     4096       /* log entries held in memory (the window), either core */
 #define CONS_CLIENTS_MAX     4096       /* clients in the client table */
-#define CONS_MSG_MAX         (4u << 20) /* bytes in one wire message */
+#define CONS_MSG_MAX         (8u << 20) /* bytes in one wire message */
 #define CONS_OUT_MSGS_MAX    256        /* messages in one outbox */
 #define CONS_OUT_PERSIST_MAX 256        /* persist requests in one outbox */
 

@@ -35,10 +35,10 @@ static size_t whole_bytes(const struct nop_config *c)
 static int config_ok(const struct nop_config *c)
 {
     return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
-           c->log_cap >= 16 && c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX &&
-           c->snapshot_max >= 8 && c->snapshot_max <= CONS_MSG_MAX &&
-           whole_bytes(c) <= CONS_MSG_MAX && c->heartbeat_ns > 0 &&
-           c->election_ns > 2 * c->heartbeat_ns && c->durable <= 1;
+           c->log_cap >= 16 && c->log_cap <= CONS_LOG_CAP_MAX && c->clients_max >= 1 &&
+           c->clients_max <= CONS_CLIENTS_MAX && c->snapshot_max >= 8 &&
+           c->snapshot_max <= CONS_MSG_MAX && whole_bytes(c) <= CONS_MSG_MAX &&
+           c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns && c->durable <= 1;
 }
 
 /* Memory, allocated here once:

@@ -118,7 +118,7 @@ enum nop_bug {
 
 struct nop_config {
     uint32_t n, id;        /* 3..CONS_REPLICAS_MAX replicas, odd; this one */
-    uint32_t log_cap;      /* log entries, 16..(CONS_MSG_MAX / CONS_WIRE_OP_MAX) */
+    uint32_t log_cap;      /* log entries, 16..CONS_LOG_CAP_MAX, within CONS_MSG_MAX (above) */
     uint32_t clients_max;  /* client table rows */
     size_t snapshot_max;   /* bytes of a state machine snapshot (checkpoints) */
     size_t arena_bytes;    /* outbox arena; raised to hold one whole-log message */
