@@ -173,12 +173,13 @@ static int raw_placed(struct bench *b, int fd, pid_t echo, int echo_cpu, struct 
     int rc = 0;
     pin(0, b->cpu[0]);
     pin(echo, echo_cpu);
-    for (int i = 0; rc == 0 && i < b->ops; i++) {
+    for (int i = 0; i < b->ops; i++) {
         uint64_t t0 = fk_now_ns();
-        rc = full_io(fd, b->buf, (size_t)b->bytes, 1) < 0 ||
-                     full_io(fd, b->buf, (size_t)b->bytes, 0) < 0
-                 ? -1
-                 : 0;
+        if (full_io(fd, b->buf, (size_t)b->bytes, 1) < 0 ||
+            full_io(fd, b->buf, (size_t)b->bytes, 0) < 0) {
+            rc = -1;
+            break;
+        }
         fk_hist_record(h, fk_now_ns() - t0);
     }
     sched_setaffinity(0, sizeof(b->cpus), &b->cpus);
