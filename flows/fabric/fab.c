@@ -42,6 +42,7 @@ void fab__fault_init(struct fab__fault *f, const struct fab_config *cfg)
     f->delay_p = cfg->delay_p >= 0 ? cfg->delay_p : env_double("FLOWKV_FAB_DELAY_P", 1.0);
     if (f->delay_ns == 0)
         f->delay_p = 0;
+    f->stall_ns = (uint64_t)(env_double("FLOWKV_FAB_STALL_US", 0) * 1000.0);
     f->seed = cfg->seed ? cfg->seed : (fk_now_ns() ^ ((uint64_t)getpid() << 32)) | 1;
 }
 

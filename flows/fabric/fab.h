@@ -37,6 +37,9 @@
  * Fault knob (datagrams only, for tests): FLOWKV_FAB_DROP=<probability>,
  * FLOWKV_FAB_DELAY_US=<microseconds> with FLOWKV_FAB_DELAY_P=<probability>
  * (default 1 when a delay is set); fab_config fields override the variables.
+ * FLOWKV_FAB_STALL_US=<microseconds> (tcp, for tests): a thread waiting in
+ * fab_node_wait sleeps that long before each pass of the event loop, as a
+ * thread preempted there would.
  *
  * Authentication. A node created with a token (fab_config.token, the
  * cluster's shared secret) serves an incoming connection only after the

@@ -45,6 +45,7 @@ struct fab__fault {
     double delay_p;
     uint64_t delay_ns;
     uint64_t seed;
+    uint64_t stall_ns; /* tcp: a waiter stalls this long before each loop pass */
 };
 
 struct fab_node {

@@ -1007,11 +1007,19 @@ static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
         /* One blocking loop iteration (one epoll_wait: the kernel wakes us
          * with the data), bounded by a timer in slices of at most 10 ms. */
         uint64_t ms = (deadline - now + FK_NSEC_PER_MSEC - 1) / FK_NSEC_PER_MSEC;
-        /* The loop's cached time may be old: a timer due by it would fire
-         * in uv_run's first timer pass, leaving the poll with no timeout
-         * (epoll_wait(-1)) and an idle node blocked forever. */
+        uint64_t slice = ms < 10 ? ms : 10;
+        /* The timer repeats: uv_run(ONCE) updates its clock and runs due
+         * timers before it polls, so a one-shot timer that fell due in
+         * between (this thread preempted for a slice: common on a 2-CPU
+         * VM) fired there and left the poll with no timeout,
+         * epoll_wait(-1), until some event came. An idle NOPaxos leader
+         * then sent no heartbeat for about 1 s and its followers changed
+         * the view (make run, idle, on 2026-11-24). Repeating, it is due
+         * again one slice later and bounds that poll. */
         uv_update_time(&n->loop);
-        uv_timer_start(&n->drive_timer, on_drive_timer, ms < 10 ? ms : 10, 0);
+        uv_timer_start(&n->drive_timer, on_drive_timer, slice, slice);
+        if (n->base.fault.stall_ns) /* fault knob (fab.h): a preempted waiter */
+            fk_sleep_ns(n->base.fault.stall_ns);
         uv_run(&n->loop, UV_RUN_ONCE);
     }
     uv_timer_stop(&n->drive_timer);

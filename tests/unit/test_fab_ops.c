@@ -11,6 +11,7 @@
 #include "fk_error.h"
 #include "fk_time.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,50 @@ TEST(fab_call_and_close_notification)
     CHECK_EQ_U64(__atomic_load_n(&g_closed_peer, __ATOMIC_ACQUIRE) % 10, peer);
     fab_node_destroy(a);
     fab_node_destroy(b);
+}
+
+/* ---- waiting ----------------------------------------------------------------- */
+
+/* After a second, an event on the idle node: a connection from another node
+ * (what released a waiter stuck in epoll_wait(-1), in the bug below). */
+static void *connect_late(void *arg)
+{
+    fk_sleep_ns(SEC);
+    fab_node *b = NULL;
+    fab_conn *c = NULL;
+    if (fab_node_create(NULL, &b) == 0 && fab_connect(b, arg, 5 * SEC, &c) == 0)
+        fab_conn_close(c);
+    if (b != NULL)
+        fab_node_destroy(b);
+    return NULL;
+}
+
+/* A waiter preempted between arming its timer and polling (the
+ * FLOWKV_FAB_STALL_US knob, fab.h) still returns near its timeout on an
+ * idle node. With a one-shot timer, libuv ran it before the poll, which then
+ * had no timeout and waited for the next event: an idle NOPaxos leader sent
+ * no heartbeat for about a second and lost its view. Here the only event
+ * comes after a second: the old code waits for it, then blocks for good
+ * (the test's alarm ends it). */
+TEST(fab_wait_returns_by_its_timeout_when_preempted)
+{
+    setenv("FLOWKV_FAB_STALL_US", "3000", 1);
+    fab_node *a = new_node();
+    unsetenv("FLOWKV_FAB_STALL_US");
+    pthread_t late;
+    CHECK(pthread_create(&late, NULL, connect_late, (void *)fab_node_addr(a)) == 0);
+    uint64_t worst = 0;
+    for (int i = 0; i < 20; i++) {
+        uint64_t t0 = fk_now_ns();
+        int rc = fab_node_wait(a, fab_node_doorbell(a), 2 * FK_NSEC_PER_MSEC);
+        CHECK(rc == 0 || rc == FK_ETIMEDOUT);
+        uint64_t took = fk_now_ns() - t0;
+        worst = took > worst ? took : worst;
+    }
+    pthread_join(late, NULL);
+    /* 2 ms of timeout, 3 ms of stall per pass, a few passes at most. */
+    CHECK_MSG(worst < 200 * FK_NSEC_PER_MSEC, "a 2 ms wait took %.1f ms", (double)worst / 1e6);
+    fab_node_destroy(a);
 }
 
 /* ---- the cluster token ---------------------------------------------------------- */
