@@ -57,8 +57,9 @@
  * Persistence has two modes (nop_config.durable):
  *  - 0, the default: persistence is an optimisation, not a safety
  *    mechanism (the paper's replicas are diskless and so is its
- *    correctness argument, section 5.3.2): the core persists its
- *    checkpoint (SNAPSHOT), COMMITTED log entries only (ENTRY, each written
+ *    correctness argument, section 5.3.2): the core persists a
+ *    checkpoint (SNAPSHOT, once its log on disk would outgrow a ring
+ *    after the last one), COMMITTED log entries only (ENTRY, each written
  *    once its slot is committed, so every entry on disk is final and
  *    identical on every replica) and its view metadata (META: view, last
  *    normal view, session start). No acknowledgement waits for

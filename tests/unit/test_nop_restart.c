@@ -24,6 +24,7 @@ struct rec {
 struct disk {
     struct rec meta, snap, ents[SLOTS];
     uint64_t last_cookie;
+    uint32_t nsnaps; /* SNAPSHOT items written */
 };
 
 struct group {
@@ -71,6 +72,7 @@ static void disk_apply(struct disk *d, const struct cons_outbox *ob)
         } else {
             CHECK_EQ_U64(p->kind, CONS_PERSIST_SNAPSHOT);
             rec_set(&d->snap, p);
+            d->nsnaps++;
             for (int e = 0; e < SLOTS; e++) {
                 if (d->ents[e].buf && d->ents[e].index <= p->index)
                     rec_clear(&d->ents[e]);
@@ -245,10 +247,10 @@ static void same_state(struct group *g, uint32_t a, uint32_t b)
     CHECK(lx == ly && memcmp(x, y, lx) == 0);
 }
 
-/* Replica 2 crashes after 20 committed puts (a checkpoint at 16 and four
- * entries on its disk), misses a session change (a new view) and 6 more
- * (one lost to the session change, so a NO-OP), then restarts.
- * Returns the bytes it received while it recovered. */
+/* Replica 2 crashes after 20 committed puts (20 entries on its disk: a
+ * snapshot goes there only once a ring of entries is), misses a session change (a new view) and 6
+ * more (one lost to the session change, so a NO-OP), then restarts. Returns the bytes it received
+ * while it recovered. */
 static uint64_t crash_and_restart(struct group *g, int with_disk, uint64_t *restored)
 {
     start(g);
@@ -300,11 +302,39 @@ TEST(restart_with_disk_rejoins_and_transfers_less)
            (unsigned long long)empty);
 }
 
+/* A checkpoint is the whole state, so the disk takes one only when its
+ * log would otherwise outgrow a ring after the one it holds: 200 puts make
+ * 12 checkpoints (one every 16 slots), about a third of them reach the
+ * disk, and the disk still restores the whole committed prefix. */
+TEST(snapshots_reach_the_disk_once_a_ring_and_restore_everything)
+{
+    static struct group g;
+    start(&g);
+    for (uint64_t k = 1; k <= 200; k++)
+        put(&g, k);
+    ticks(&g, 10);
+    struct nop_stat st;
+    nop_status(g.r[2], &st);
+    CHECK_EQ_U64(st.commit, 200);
+    printf("snapshots persisted for 200 committed slots: %u\n", g.disk[2].nsnaps);
+    CHECK(g.disk[2].nsnaps >= 2 && g.disk[2].nsnaps <= 5);
+    crash(&g, 2);
+    CHECK_EQ_U64(restart(&g, 2, 1), 200);
+    for (int t = 0; t < 40 && st.status != NOP_NORMAL; t++) {
+        ticks(&g, 1);
+        nop_status(g.r[2], &st);
+    }
+    CHECK_EQ_I64(st.status, NOP_NORMAL);
+    ticks(&g, 5);
+    same_state(&g, 0, 2);
+    stop(&g);
+}
+
 TEST(restore_rejects_malformed_records)
 {
     static struct group g;
     start(&g);
-    for (uint64_t k = 1; k <= 20; k++)
+    for (uint64_t k = 1; k <= 70; k++) /* the first snapshot on disk: past a ring */
         put(&g, k);
     ticks(&g, 10);
     struct disk *d = &g.disk[1];

@@ -675,7 +675,7 @@ TEST(nop_follower_and_leader_restart_from_disk)
     start_fresh(&g, 1);
     int l = leader(&g);
     uint32_t f = (uint32_t)(l + 1) % N;
-    puts_n(&g, 40);
+    puts_n(&g, 80); /* a snapshot reaches the disk once a ring (64) of entries did */
     rounds(&g, 10);
     CHECK(snap_index_on_disk(&g.r[f]) > 0);
     kill_rep(&g, f);
