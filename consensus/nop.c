@@ -417,9 +417,10 @@ static void on_drop(struct nop *r)
 /* Processes buffered OUM messages in number order while nothing blocks. */
 void nop__drain(struct nop *r)
 {
+    int half = 0;
     while (r->status == NOP_NORMAL && !r->poisoned && !r->gap_slot && !r->find_slot &&
            nop__fits(r, r->log_len + 1) &&
-           (!nop__is_leader(r) || r->log_len - r->snap < r->cfg.log_cap / 2)) {
+           !(half = nop__is_leader(r) && r->log_len - r->snap >= r->cfg.log_cap / 2)) {
         uint64_t want = expected(r);
         if (want == 0)
             return;
@@ -454,6 +455,12 @@ void nop__drain(struct nop *r)
         if (!nop__is_leader(r) && (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC))
             nop__execute_to(r, r->log_len, 0); /* planted bug */
     }
+    /* Stopped at half a ring with the next message waiting: a stall. */
+    uint64_t want = half ? expected(r) : 0;
+    const struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
+    int waiting = want && s->kind && s->msgnum == want;
+    r->stalls += waiting && !r->stalled;
+    r->stalled = waiting;
 }
 
 static void on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op *op)
@@ -583,9 +590,11 @@ static void send_sync(struct nop *r, uint32_t p)
         cons_w_u64(&w, r->commit);
         nop__put_checkpoint(r, &w);
         nop__send(r, &w, cons_replica(p));
+        r->syncs[NOP_SYNC_KIND_STATE]++;
         return;
     }
     uint64_t lo = r->acked[p] + 1, hi = r->log_len;
+    r->syncs[r->need_full[p] ? NOP_SYNC_KIND_ENTRIES : NOP_SYNC_KIND_HASHES]++;
     if (!r->need_full[p]) {
         if (hi >= lo + NOP_SYNC_SIGS)
             hi = lo + NOP_SYNC_SIGS - 1;
@@ -998,6 +1007,8 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->is_leader = nop__is_leader(r);
     st->held = r->held_n;
     st->held_dropped = r->held_dropped;
+    memcpy(st->syncs, r->syncs, sizeof st->syncs);
+    st->stalls = r->stalls;
 }
 
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash)

@@ -140,6 +140,10 @@ struct nop_view {
     uint32_t session;
 };
 
+/* Synchronization messages a leader sends a follower (nop.c send_sync):
+ * hashes of entries it should hold, the entries, or its checkpoint. */
+enum { NOP_SYNC_KIND_HASHES, NOP_SYNC_KIND_ENTRIES, NOP_SYNC_KIND_STATE };
+
 struct nop_stat {
     uint8_t status;
     struct nop_view view;
@@ -147,6 +151,8 @@ struct nop_stat {
     int is_leader;
     uint32_t held;         /* durable mode: messages waiting for the disk */
     uint64_t held_dropped; /* durable mode: messages dropped, the held ring full */
+    uint64_t syncs[3];     /* leader: syncs sent, by NOP_SYNC_KIND_* */
+    uint64_t stalls;       /* leader: times it stopped taking requests at half a ring */
 };
 
 struct nop;

@@ -60,7 +60,8 @@ struct srv_node {
     struct srv_http *http;
     struct fk_metrics metrics;
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
-    struct fk_metric *m_peer[4]; /* peer messages: replicate out, in; shuffle out, in */
+    struct fk_metric *m_peer[4];            /* peer messages: replicate out, in; shuffle out, in */
+    struct fk_metric *m_sync[3], *m_stalls; /* NOPaxos leader (nop_stat) */
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
 };
 
@@ -249,6 +250,13 @@ static void observe_net(struct srv_node *n)
     const uint64_t v[4] = {st.out_bcast, st.in_bcast, st.out_peer, st.in_peer};
     for (int i = 0; i < 4; i++)
         fk_metric_set(n->m_peer[i], v[i]);
+    if (n->nop != NULL) {
+        struct nop_stat ns;
+        nop_status(n->nop, &ns);
+        for (int i = 0; i < 3; i++)
+            fk_metric_set(n->m_sync[i], ns.syncs[i]);
+        fk_metric_set(n->m_stalls, ns.stalls);
+    }
 }
 
 static void observe_term(struct srv_node *n)
@@ -389,6 +397,15 @@ static void metrics_init(struct srv_node *n)
                                       "Protocol messages dropped because an outbox was full");
     n->m_malformed =
         fk_metrics_counter(r, "flowkv_malformed_total", "", "Messages rejected as malformed");
+    static const char *const sync_labels[3] = {"kind=\"hashes\"", "kind=\"entries\"",
+                                               "kind=\"checkpoint\""};
+    for (int i = 0; i < 3; i++)
+        n->m_sync[i] = fk_metrics_counter(
+            r, "flowkv_nop_syncs_total", sync_labels[i],
+            "NOPaxos leader: synchronization messages sent to followers, by what they carry");
+    n->m_stalls = fk_metrics_counter(
+        r, "flowkv_nop_ring_stalls_total", "",
+        "NOPaxos leader: times it stopped taking requests half a ring past its checkpoint");
     static const char *const peer_labels[4] = {
         "flow=\"replicate\",dir=\"out\"", "flow=\"replicate\",dir=\"in\"",
         "flow=\"shuffle\",dir=\"out\"", "flow=\"shuffle\",dir=\"in\""};

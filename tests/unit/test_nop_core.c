@@ -447,6 +447,26 @@ TEST(compaction_and_state_transfer)
     CHECK_EQ_U64(st2.commit, 40);
     CHECK_EQ_U64(st2.executed, 40);
     CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
+    nop_status(g.r[0], &st0);
+    CHECK(st0.syncs[NOP_SYNC_KIND_STATE] >= 1 && st0.syncs[NOP_SYNC_KIND_HASHES] >= 1);
+    CHECK_EQ_U64(st0.stalls, 0);
+    stop(&g);
+}
+
+/* With no follower answering, the leader executes half a ring (8 of 16)
+ * and then stops taking requests until f+1 confirm: one stall, counted
+ * once however many requests wait. */
+TEST(leader_stalls_at_half_a_ring_without_followers)
+{
+    static struct group g;
+    start(&g);
+    g.down = 1u << 1 | 1u << 2;
+    for (int i = 1; i <= 12; i++)
+        multicast_put(&g, i);
+    CHECK_EQ_I64(g.results, 8);
+    struct nop_stat st;
+    nop_status(g.r[0], &st);
+    CHECK_EQ_U64(st.stalls, 1);
     stop(&g);
 }
 
