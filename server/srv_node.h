@@ -48,8 +48,8 @@
 /* NOPaxos checkpoints every quarter ring (consensus/nop.c), and each one
  * serialises the whole state machine and client table (0.25-0.35 ms with
  * 5,000 YCSB records, measured), and about every third one is persisted
- * too (consensus/nop_disk.c), while the replica's loop serves nothing. With 512 entries that was a checkpoint every 128
- * requests on all three replicas at once, and YCSB-B's p95 at 32k ops/s
+ * too (consensus/nop_disk.c), while the replica's loop serves nothing. With 512 entries that was a
+ * checkpoint every 128 requests on all three replicas at once, and YCSB-B's p95 at 32k ops/s
  * was 1.4-3x Multi-Paxos'; 2048 entries make it one every 512 (the ring
  * is 4.4 MB of memory; CONS_MSG_MAX was raised to 8 MiB to let a view
  * change carry it). */
