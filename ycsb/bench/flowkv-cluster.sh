@@ -74,6 +74,11 @@ stop_cluster() {
     local pid reps=() p i
     pid=$(cat "$dir/pid")
     [ -f "$dir/replicas" ] && read -r -a reps <"$dir/replicas"
+    # A start that failed wrote no replicas file, and a run-local.sh that
+    # died left its replicas running (one was found an hour after a make
+    # bench-style run): those are found by their cluster file, which names
+    # this directory (is_ours checks each).
+    [ ${#reps[@]} -gt 0 ] || read -r -a reps < <(pgrep -f -- "$dir/cluster/cluster.conf" | tr '\n' ' ')
     if [[ "$pid" =~ ^[0-9]+$ ]] && is_ours "$pid"; then
         kill -TERM "$pid" 2>/dev/null
         for ((i = 0; i < STOP_WAIT_S * 10; i++)); do
