@@ -69,6 +69,17 @@ is_ours() {
     tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$dir/cluster"
 }
 
+# alive PID: this script's own child PID has not exited. Not is_ours:
+# until the child execs run-local.sh its command line is this script's, and
+# reading it then as "not ours" made a start give up on a cluster that was
+# coming up (a retry in about one start of 25) and start another over it,
+# whose replicas nobody stopped.
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 stop_cluster() {
     [ -f "$dir/pid" ] || return 0
     local pid reps=() p i
@@ -79,6 +90,12 @@ stop_cluster() {
     # bench-style run): those are found by their cluster file, which names
     # this directory (is_ours checks each).
     [ ${#reps[@]} -gt 0 ] || read -r -a reps < <(pgrep -f -- "$dir/cluster/cluster.conf" | tr '\n' ' ')
+    # Our own child that has not exec'd run-local.sh yet (a start that
+    # timed out at once) gets a moment to become it.
+    for ((i = 0; i < 20; i++)); do
+        [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid" && ! is_ours "$pid" || break
+        sleep 0.05
+    done
     if [[ "$pid" =~ ^[0-9]+$ ]] && is_ours "$pid"; then
         kill -TERM "$pid" 2>/dev/null
         for ((i = 0; i < STOP_WAIT_S * 10; i++)); do
@@ -109,7 +126,7 @@ start_once() {
     pid=$!
     echo "$pid" >"$dir/pid"
     for ((i = 0; i < READY_WAIT_S * 5; i++)); do
-        is_ours "$pid" || return 1
+        alive "$pid" || return 1
         if grep -q "cluster is serving" "$dir/run-local.log"; then
             pgrep -P "$pid" -f flowkv-server | tr '\n' ' ' >"$dir/replicas"
             return 0
@@ -144,7 +161,8 @@ start)
         }
         stop_cluster
         [ $rc -eq 2 ] && die "not ready after ${READY_WAIT_S}s; logs: $dir/run-local.log"
-        echo "flowkv-cluster: run-local.sh exited during start (try $try)" >&2
+        cp "$dir/run-local.log" "$dir/run-local.try$try.log" 2>/dev/null
+        echo "flowkv-cluster: run-local.sh exited during start (try $try; $dir/run-local.try$try.log)" >&2
     done
     die "could not start the cluster in $START_TRIES tries; see $dir/run-local.log"
     ;;
