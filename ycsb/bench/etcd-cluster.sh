@@ -67,12 +67,27 @@ is_ours() {
     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--data-dir $dir/"
 }
 
+# alive PID: PID has not exited. Not is_ours: until a member this script
+# just started execs etcd, its command line is this script's, and reading
+# it as "not ours" then made a start give up on a healthy cluster and leave
+# that member running (flowkv-cluster.sh had the same race).
+alive() {
+    local state
+    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # stop_members: SIGTERM to each recorded PID still ours, bounded wait, then
 # SIGKILL. Removes the pids file.
 stop_members() {
     [ -f "$dir/pids" ] || return 0
-    local pids=() pid name i
-    while read -r pid name; do
+    local pids=() pid i
+    while read -r pid _; do
+        # A member that has not exec'd etcd yet gets a moment to.
+        for ((i = 0; i < 20; i++)); do
+            [[ "$pid" =~ ^[0-9]+$ ]] && alive "$pid" && ! is_ours "$pid" || break
+            sleep 0.05
+        done
         [[ "$pid" =~ ^[0-9]+$ ]] && is_ours "$pid" && pids+=("$pid")
     done <"$dir/pids"
     for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
@@ -122,7 +137,7 @@ start_once() {
     while [ $SECONDS -lt $deadline ]; do
         ok=1
         while read -r pid _; do
-            is_ours "$pid" || return 1 # a member died (port race, bad flag)
+            alive "$pid" || return 1 # a member died (port race, bad flag)
         done <"$dir/pids"
         for u in ${urls//,/ }; do healthy "$u" || ok=0; done
         [ $ok -eq 1 ] && return 0
