@@ -957,7 +957,7 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     /* What this step committed reaches the disk before a checkpoint
      * compacts it, so the disk's log still leads to the checkpoint and the
      * checkpoint need not be persisted (nop_disk.c). */
-    nop__persist(r);
+    nop__persist_entries(r);
     /* A leader paused at half a ring (nop__drain) resumes as soon as the
      * checkpoint freed the ring, not at the next message. */
     if (maybe_checkpoint(r) && nop__is_leader(r))

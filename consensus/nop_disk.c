@@ -110,32 +110,16 @@ static void persist_meta(struct nop *r)
     }
 }
 
-void nop__persist(struct nop *r)
+/* Default mode: committed entries after what the disk holds, while its
+ * log leads to the checkpoint (else the snapshot goes first, in
+ * nop__persist) and fits a ring after its snapshot. */
+void nop__persist_entries(struct nop *r)
 {
-    if (r->status == NOP_RECOVERING || r->poisoned || !r->started)
+    if (r->status == NOP_RECOVERING || r->poisoned || !r->started || r->cfg.durable)
         return;
-    if (r->cfg.durable) {
-        nop__persist_durable(r); /* the whole log, nop_durable.c */
-        return;
-    }
-    assert(r->pers_snap <= r->pers_upto);
     struct cons_wbuf w;
-    /* The disk's prefix (pers_snap, then entries to pers_upto) still
-     * leads to the checkpoint when its entries reach it; the next entry
-     * must fit a ring after pers_snap. */
-    int leads = r->pers_upto >= r->snap;
-    int room = r->pers_upto < r->pers_snap + r->cfg.log_cap;
-    if (r->snap > r->pers_snap && (!leads || !room)) {
-        nop__item_begin(r, &w);
-        cons_w_bytes(&w, r->cp, r->cp_len);
-        if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
-            return; /* the entries after it wait for it */
-        r->pers_snap = r->snap;
-        if (r->pers_upto < r->snap)
-            r->pers_upto = r->snap;
-    }
-    /* pers_upto >= snap here, so the slots lie in the ring. */
-    while (r->pers_upto < r->commit && r->pers_upto < r->pers_snap + r->cfg.log_cap &&
+    while (r->pers_upto >= r->snap && r->pers_upto < r->commit &&
+           r->pers_upto < r->pers_snap + r->cfg.log_cap &&
            r->ob.npersists + 1 < CONS_OUT_PERSIST_MAX) {
         uint64_t slot = r->pers_upto + 1;
         assert(slot > r->snap && slot <= r->log_len);
@@ -145,6 +129,33 @@ void nop__persist(struct nop *r)
             break;
         r->pers_upto = slot;
     }
+}
+
+void nop__persist(struct nop *r)
+{
+    if (r->status == NOP_RECOVERING || r->poisoned || !r->started)
+        return;
+    if (r->cfg.durable) {
+        nop__persist_durable(r); /* the whole log, nop_durable.c */
+        return;
+    }
+    assert(r->pers_snap <= r->pers_upto);
+    /* The disk's prefix (pers_snap, then entries to pers_upto) still
+     * leads to the checkpoint when its entries reach it; the next entry
+     * must fit a ring after pers_snap. */
+    int leads = r->pers_upto >= r->snap;
+    int room = r->pers_upto < r->pers_snap + r->cfg.log_cap;
+    if (r->snap > r->pers_snap && (!leads || !room)) {
+        struct cons_wbuf w;
+        nop__item_begin(r, &w);
+        cons_w_bytes(&w, r->cp, r->cp_len);
+        if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
+            return; /* the entries after it wait for it */
+        r->pers_snap = r->snap;
+        if (r->pers_upto < r->snap)
+            r->pers_upto = r->snap;
+    }
+    nop__persist_entries(r);
     persist_meta(r);
 }
 

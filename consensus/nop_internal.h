@@ -251,6 +251,8 @@ uint64_t nop__entry_hash(const struct nop_entry *e);
 #define NOP_META_LOG_MAGIC 0x4c504f4eu /* "NOPL": META of durable mode (nop_durable.c) */
 /* Queues persist items for what changed (never while recovering). */
 void nop__persist(struct nop *r);
+/* Default mode: only the committed entries nop__persist would write. */
+void nop__persist_entries(struct nop *r);
 /* A persist item: write the record into w (begin), then add it (end:
  * FK_EFULL when it did not fit the arena or the array; nothing added). */
 void nop__item_begin(struct nop *r, struct cons_wbuf *w);

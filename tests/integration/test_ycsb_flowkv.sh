@@ -95,8 +95,6 @@ for proto in nopaxos multipaxos; do
     "$cluster" stop "$tmp/$proto" >/dev/null 2>&1
 done
 
-# YCSB's default record (10 fields of 100 bytes) does not fit a flowkv value:
-# open refuses it before any request (no cluster needed to see the message).
 # stop ends the replicas of a cluster whose run-local.sh died before the
 # replicas file was written (a start that failed half way): they are found
 # by their cluster file. They used to run on after the benchmark.
@@ -118,6 +116,8 @@ else
     t_fail "stop ends orphaned replicas" "start: $(tail -n 3 "$tmp/orphan.start" | tr '\n' ' ')"
 fi
 
+# YCSB's default record (10 fields of 100 bytes) does not fit a flowkv value:
+# open refuses it before any request (no cluster needed to see the message).
 out=$(timeout 20 "$ycsb" load -c "$tmp/none.conf" -P "$root/ycsb/workloads/workloada" \
     -p recordcount=10 2>&1)
 rc=$?

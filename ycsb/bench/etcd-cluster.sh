@@ -58,15 +58,6 @@ pick_ports() {
     echo "${got[@]}"
 }
 
-# is_ours PID: PID is alive (not a zombie) and is an etcd of this dir.
-is_ours() {
-    local pid=$1 state
-    [ -r "/proc/$pid/cmdline" ] || return 1
-    state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
-    [ "$state" != Z ] || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "--data-dir $dir/"
-}
-
 # alive PID: PID has not exited. Not is_ours: until a member this script
 # just started execs etcd, its command line is this script's, and reading
 # it as "not ours" then made a start give up on a healthy cluster and leave
@@ -75,6 +66,12 @@ alive() {
     local state
     state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
     [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# is_ours PID: PID is alive (not a zombie) and is an etcd of this dir.
+is_ours() {
+    alive "$1" && [ -r "/proc/$1/cmdline" ] &&
+        tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "--data-dir $dir/"
 }
 
 # stop_members: SIGTERM to each recorded PID still ours, bounded wait, then

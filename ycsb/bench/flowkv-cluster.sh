@@ -60,15 +60,6 @@ pick_base() {
     return 1
 }
 
-# is_ours PID: a live process whose command line names this directory.
-is_ours() {
-    local state
-    [ -r "/proc/$1/cmdline" ] || return 1
-    state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
-    [ "$state" != Z ] || return 1
-    tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$dir/cluster"
-}
-
 # alive PID: this script's own child PID has not exited. Not is_ours:
 # until the child execs run-local.sh its command line is this script's, and
 # reading it then as "not ours" made a start give up on a cluster that was
@@ -78,6 +69,12 @@ alive() {
     local state
     state=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
     [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# is_ours PID: a live process whose command line names this directory.
+is_ours() {
+    alive "$1" && [ -r "/proc/$1/cmdline" ] &&
+        tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$dir/cluster"
 }
 
 stop_cluster() {
