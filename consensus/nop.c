@@ -6,7 +6,9 @@
 #include "fk_error.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1009,6 +1011,26 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->held_dropped = r->held_dropped;
     memcpy(st->syncs, r->syncs, sizeof st->syncs);
     st->stalls = r->stalls;
+}
+
+int nop_describe(const struct nop *r, char *buf, size_t cap)
+{
+    static const char *const st[] = {"?", "normal", "view-change", "recovering"};
+    int n = snprintf(buf, cap,
+                     "%s view %u.%u%s log %" PRIu64 " commit %" PRIu64 " executed %" PRIu64
+                     " synced %" PRIu64 " snap %" PRIu64 " sess_start %" PRIu64 " oum_next %" PRIu64
+                     " gap %" PRIu64 " find %" PRIu64 " pcp %" PRIu64
+                     " stalled %d held %u durable %" PRIu64 "/%" PRIu64,
+                     st[r->status <= NOP_RECOVERING ? r->status : 0], r->view.leader_num,
+                     r->view.session, nop__is_leader(r) ? " leader" : "", r->log_len, r->commit,
+                     r->executed, r->synced, r->snap, r->sess_start, expected(r), r->gap_slot,
+                     r->find_slot, r->pcp_slot, r->stalled, r->held_n, r->durable, r->next_cookie);
+    for (uint32_t p = 0; nop__is_leader(r) && p < r->cfg.n && n >= 0 && (size_t)n < cap; p++) {
+        if (p != r->cfg.id)
+            n += snprintf(buf + n, cap - (size_t)n, " r%u acked %" PRIu64 "%s%s", p, r->acked[p],
+                          r->sync_out[p] ? " out" : "", r->need_full[p] ? " full" : "");
+    }
+    return n;
 }
 
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash)

@@ -200,6 +200,10 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
 /* Asserts internal invariants (aborts on violation). */
 void nop_invariants(const struct nop *r);
 void nop_status(const struct nop *r, struct nop_stat *st);
+/* Writes a one-line account of the replica's protocol state (view, log
+ * positions, pending gap agreement, held messages; a leader's view of each
+ * follower) into buf, for diagnostics; returns snprintf's count. */
+int nop_describe(const struct nop *r, char *buf, size_t cap);
 /* If slot `index` <= commit, sets *hash to a hash of its entry; returns 1. */
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash);
 

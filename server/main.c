@@ -10,11 +10,15 @@
 
 static struct srv_node *the_node;
 
-/* SIGTERM and SIGINT stop the loop, which drains and closes LMDB cleanly. */
+/* SIGTERM and SIGINT stop the loop, which drains and closes LMDB cleanly;
+ * SIGUSR1 logs the replica's protocol state (srv_node_dump). */
 static void on_signal(int sig)
 {
-    (void)sig;
-    if (the_node != NULL)
+    if (the_node == NULL)
+        return;
+    if (sig == SIGUSR1)
+        srv_node_dump(the_node); /* one line of protocol state in the log */
+    else
         srv_node_stop(the_node);
 }
 
@@ -51,6 +55,7 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     rc = srv_node_run(n);
     the_node = NULL;
     srv_node_close(n);

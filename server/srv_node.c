@@ -51,7 +51,7 @@ struct srv_node {
     uint64_t next_tick; /* monotonic ns */
     uint64_t start_ns;
     uint64_t last_term;
-    volatile sig_atomic_t stop;
+    volatile sig_atomic_t stop, dump;
     struct cons_op op; /* decode scratch for OUM requests */
     uint8_t *oum_buf;  /* encode scratch: a stamped OUM message */
     struct pend *pend;
@@ -272,6 +272,35 @@ static void observe_term(struct srv_node *n)
     }
 }
 
+/* The SIGUSR1 line: the core's state and what the network layer counted. */
+static void dump_state(struct srv_node *n)
+{
+    char core[512];
+    if (n->nop != NULL) {
+        nop_describe(n->nop, core, sizeof core);
+    } else {
+        struct mpx_status ms;
+        mpx_status(n->mpx, &ms);
+        snprintf(core, sizeof core,
+                 "role %u ballot %llu leader %u commit %llu applied %llu snap %llu last %llu "
+                 "dropped %llu",
+                 ms.role, (unsigned long long)ms.promised, ms.leader, (unsigned long long)ms.commit,
+                 (unsigned long long)ms.applied, (unsigned long long)ms.snap_index,
+                 (unsigned long long)ms.last, (unsigned long long)ms.dropped);
+    }
+    struct srv_net_stats st;
+    srv_net_stats(n->net, &st);
+    fk_info("node",
+            "state: %s; net in peer %llu req %llu oum %llu drop %llu fill %llu bcast %llu, "
+            "out peer %llu client %llu bcast %llu, failed sends %llu; durable %llu",
+            core, (unsigned long long)st.in_peer, (unsigned long long)st.in_req,
+            (unsigned long long)st.in_oum, (unsigned long long)st.in_drop,
+            (unsigned long long)st.in_fill, (unsigned long long)st.in_bcast,
+            (unsigned long long)st.out_peer, (unsigned long long)st.out_client,
+            (unsigned long long)st.out_bcast, (unsigned long long)st.dropped,
+            (unsigned long long)srv_disk_durable(n->disk));
+}
+
 /* One batch: inputs, a tick when due, one commit. */
 static int batch(struct srv_node *n, int txn_open)
 {
@@ -293,6 +322,10 @@ static int batch(struct srv_node *n, int txn_open)
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
         observe_net(n);
+        if (n->dump) {
+            n->dump = 0;
+            dump_state(n);
+        }
     }
     /* Messages first, then the LMDB commit: in async durability nothing
      * the messages promise waits for it (srv_disk.h). */
@@ -340,6 +373,11 @@ int srv_node_run(struct srv_node *n)
 void srv_node_stop(struct srv_node *n)
 {
     n->stop = 1;
+}
+
+void srv_node_dump(struct srv_node *n)
+{
+    n->dump = 1;
 }
 
 /* ---- open and close ------------------------------------------------------------------- */

@@ -69,6 +69,11 @@ int srv_node_run(struct srv_node *n);
 /* Asks the loop to stop. Async-signal-safe. */
 void srv_node_stop(struct srv_node *n);
 
+/* Asks the loop to log its protocol state and message counts at the next
+ * tick, one info line (flowkv-server does it on SIGUSR1: what a stuck
+ * replica is waiting for, without stopping it). Async-signal-safe. */
+void srv_node_dump(struct srv_node *n);
+
 /* Commits nothing more, closes flows, the store (cleanly) and frees. */
 void srv_node_close(struct srv_node *n);
 

@@ -65,8 +65,8 @@ static int read_stdin(char *buf, size_t *len)
 
 static int cmd_status(flowkv *kv, uint64_t timeout_ns)
 {
-    printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %s\n", "id", "role", "protocol", "fabric",
-           "term", "leader", "commit", "applied", "lag");
+    printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %-6s %s\n", "id", "role", "protocol",
+           "fabric", "term", "leader", "commit", "applied", "lag", "last");
     uint64_t top = 0;
     struct flowkv_replica_status st[16];
     uint32_t n = flowkv_replicas(kv);
@@ -85,10 +85,10 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
         char leader[16] = "-";
         if (st[i].leader < n)
             snprintf(leader, sizeof(leader), "%u", st[i].leader);
-        printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %llu\n", i, st[i].role,
+        printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %-6llu %llu\n", i, st[i].role,
                st[i].protocol, st[i].fabric, (unsigned long long)st[i].term, leader,
                (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
-               (unsigned long long)(top - st[i].commit));
+               (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last);
     }
     return up > 0 ? EXIT_OK : EXIT_UNREACHABLE;
 }

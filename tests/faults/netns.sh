@@ -35,6 +35,8 @@
 #   nsc_wait_leader [S]     the same, asked until one is named (S s, 10)
 #   nsc_wait_serving [S]    a put succeeds from the client namespace (S s)
 #   nsc_kill_all            kills every replica started here
+#   nsc_dump                each running replica's protocol state (SIGUSR1,
+#                           srv_node_dump), one '[i] state: ...' line each
 #   nsc_down                removes everything nsc_up made and stops every
 #                           process started in it; idempotent, safe from an
 #                           EXIT trap and before nsc_up
@@ -185,6 +187,26 @@ nsc_alive() {
     [ -n "$p" ] || return 1
     case $(awk '{ print $3 }' "/proc/$p/stat" 2>/dev/null) in "" | Z) return 1 ;; esac
     return 0
+}
+
+nsc_dump() {
+    local i _
+    declare -A before
+    for i in "${!NSC_PID[@]}"; do
+        before[$i]=$(grep -c ' state: ' "$NSC_DIR/log$i" 2>/dev/null)
+        nsc__signal "$i" USR1
+    done
+    # Logged at the replica's next tick (1 ms); bounded 2 s.
+    for _ in $(seq 20); do
+        sleep 0.1
+        for i in "${!NSC_PID[@]}"; do
+            [ "$(grep -c ' state: ' "$NSC_DIR/log$i" 2>/dev/null)" -gt "${before[$i]}" ] || continue 2
+        done
+        break
+    done
+    for i in "${!NSC_PID[@]}"; do
+        echo "[$i] $(grep ' state: ' "$NSC_DIR/log$i" 2>/dev/null | tail -n 1 | sed 's/.* state: /state: /')"
+    done
 }
 
 nsc_stop() { nsc__signal "$1" STOP; }

@@ -171,8 +171,10 @@ fx__caught_up() {
         [ -n "$l" ] && [ -n "$c" ] && [ "$c" = "$lc" ] && return 0
         sleep 0.3
     done
-    FX_WHY="replica $1 did not catch up within 15 s; status: $(awk -v id="$1" -v l="$l" \
-        '$1 == id || $1 == l { $1 = $1; printf "[%s] ", $0 }' <<<"$st")"
+    # Every replica's status row and protocol state: what the one behind
+    # waits for, and what the others do about it.
+    FX_WHY="replica $1 did not catch up within 15 s; status: $(awk \
+        'NR > 1 { $1 = $1; printf "[%s] ", $0 }' <<<"$st"); $(nsc_dump | tr '\n' ' ')"
     return 1
 }
 

@@ -123,6 +123,31 @@ wrong_token() { # wrong_token DIR: a client with another token is refused, clear
     grep -q 'refused connection .*wrong cluster token' "$1"/log* || { echo "no replica logged it"; return 1; }
 }
 
+# state_dump DIR PROTO: SIGUSR1 makes each replica log one line of its
+# protocol state (srv_node_dump) and keep serving; `flowkv status` shows
+# each log's end beside its commit point.
+state_dump() {
+    local d=$1 i n line st
+    for i in 0 1 2; do
+        n=$(grep -c ' state: ' "$d/log$i")
+        kill -USR1 "${PID[$d.$i]}" || { echo "replica $i is gone"; return 1; }
+        for _ in $(seq 20); do
+            [ "$(grep -c ' state: ' "$d/log$i")" -gt "$n" ] && break
+            sleep 0.1
+        done
+        line=$(grep ' state: ' "$d/log$i" | tail -n 1)
+        [[ "$line" == *" commit "[0-9]*" failed sends "[0-9]*"; durable "[0-9]* ]] ||
+            { echo "replica $i logged no state line within 2 s: ${line:-nothing}"; return 1; }
+        if [ "$2" = nopaxos ] && [ "$i" = "$(leader_of "$d")" ]; then
+            [[ "$line" == *" leader log "*" acked "* ]] || { echo "the leader's line names no follower: $line"; return 1; }
+        fi
+    done
+    st=$("$CLI" -c "$d/cluster.conf" status) || { echo "status failed after SIGUSR1"; return 1; }
+    # Columns: id role protocol fabric term leader commit applied lag last.
+    awk 'NR > 1 && ($10 == "" || $10 < $7) { bad = 1 } END { exit bad }' <<<"$st" ||
+        { echo "a replica's last slot is missing or below its commit: $st"; return 1; }
+}
+
 run_protocol() {
     local proto=$1 base=$2 d=$WORK/$1
     fk_local_conf "$d/cluster.conf" "$proto" sync "$base"
@@ -133,6 +158,7 @@ run_protocol() {
         return
     fi
     t_check "$proto: every CLI command, with its exit status" cli_ops "$d"
+    t_check "$proto: SIGUSR1 logs each replica's protocol state; status shows each log's end" state_dump "$d" "$proto"
     if [ "$proto" = multipaxos ]; then
         local l0 sent
         l0=$(leader_of "$d")
