@@ -292,8 +292,10 @@ int flow_source_close(flow_source *s);
 
 /* Hosts the sequencer of flow name on node with the given session (start at
  * 1; a replacement after failure uses a larger one), and tells the flow's
- * nodes where it is. Sources move to it when the old one is unreachable;
- * targets report FK_ESESSION. Starting it again on the same node with the
+ * nodes where it is. A node that hosts an older session of the flow's
+ * sequencer retires it when it hears of this one (a host that was only cut
+ * off must not go on numbering). Sources move to it when the old one is
+ * unreachable or retired; targets report FK_ESESSION. Starting it again on the same node with the
  * same session keeps its counter and only tells the nodes again; another
  * session replaces the counter. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (not
  * ordered), FK_ENOMEM, FK_EUNREACHABLE or another call error (a node of the

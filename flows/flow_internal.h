@@ -271,6 +271,15 @@ int flow__host_target(flow_node *n, flow_target *t);
 void flow__unhost_target(flow_node *n, flow_target *t);
 /* Pushes desc to the nodes that host it (targets and home). */
 int flow__publish(flow_node *n, const struct flow__desc *d);
+/* Whether d supersedes have, a stored declaration of the same flow: for
+ * an unordered flow a later incarnation of the same home (its joined
+ * targets are assigned anew; the old list names clients of the dead
+ * incarnation), else a newer version; for an ordered flow a later
+ * sequencer session first (a failover's declaration wins over whatever
+ * its versions, which nodes bump independently), then a newer version. */
+int flow__desc_newer(const struct flow__desc *d, const struct flow__desc *have);
+/* Stores d unless what is stored supersedes it; a stored ordered flow whose
+ * sequencer moved to a later session elsewhere retires the one hosted here. */
 int flow__store_desc(flow_node *n, const struct flow__desc *d);
 /* One control message to the node at addr (a fresh connection), answered
  * within FLOW__CALL_TIMEOUT_NS, or within timeout_ns for _within. */

@@ -106,34 +106,53 @@ static struct flow__desc *find_desc(flow_node *n, const char *name)
     return NULL;
 }
 
-/* Whether d supersedes have, a stored declaration of the same flow: a
- * newer version, or, for an unordered flow, a later incarnation of the
- * same home (its joined targets are assigned anew; the old list names
- * clients of the dead incarnation). An ordered flow keeps plain versions:
- * its declaration carries the sequencer's session, which may only move
- * forward, and any replica may declare it again when it restarts. */
-static int desc_newer(const struct flow__desc *d, const struct flow__desc *have)
+int flow__desc_newer(const struct flow__desc *d, const struct flow__desc *have)
 {
     if (!d->opts.ordered && !have->opts.ordered && d->epoch != have->epoch &&
         strcmp(d->home, have->home) == 0)
         return d->epoch > have->epoch;
+    if (d->opts.ordered && have->opts.ordered && d->seq_session != have->seq_session)
+        return d->seq_session > have->seq_session;
     return d->version > have->version;
 }
 
 int flow__store_desc(flow_node *n, const struct flow__desc *d)
 {
+    struct flow__seq old = {0};
     pthread_mutex_lock(&n->lock);
     struct flow__desc *have = find_desc(n, d->name);
-    int rc = 0;
+    int rc = 0, replaced = 0;
     if (have != NULL) {
-        if (desc_newer(d, have))
+        if ((replaced = flow__desc_newer(d, have)) != 0)
             *have = *d;
     } else if (n->nflows < FLOW_FLOWS_MAX) {
         n->flows[n->nflows++] = *d;
+        replaced = 1;
     } else {
         rc = FK_ENOMEM;
     }
+    /* A newer session elsewhere supersedes the sequencer this node hosts
+     * for the flow (NOPaxos section 3: after a failover the old sequencer
+     * must no longer stamp messages; the paper's controller reroutes the
+     * network, here the counter goes away): a source still taking numbers
+     * here gets a remote access error and looks for the new declaration,
+     * instead of stamping messages its targets drop as an old session. */
+    for (int i = 0; replaced && d->opts.ordered && i < SEQ_MAX; i++) {
+        struct flow__seq *q = &n->seqs[i];
+        if (q->mr != NULL && strcmp(q->name, d->name) == 0 && q->session < d->seq_session &&
+            strcmp(d->opts.sequencer, flow_node_addr(n)) != 0) {
+            old = *q;
+            memset(q, 0, sizeof(*q));
+        }
+    }
     pthread_mutex_unlock(&n->lock);
+    if (old.mr != NULL) {
+        fk_info("flows", "flow %s: sequencer session %u retired: session %u runs at %s", d->name,
+                old.session, d->seq_session, d->opts.sequencer);
+        fab_mr_dereg(old.mr);
+        free(old.words);
+        flow__mem_charge(n, -64);
+    }
     return rc;
 }
 

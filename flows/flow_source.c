@@ -292,9 +292,10 @@ static void seq_rediscover(flow_source *s)
     for (uint32_t i = 0; i <= s->desc.ntargets; i++) {
         const char *hint = i < s->desc.ntargets ? s->desc.targets[i] : s->desc.home;
         if (hint[0] != '\0' && flow__describe(s->node, s->desc.name, hint, &d) == 0 &&
-            d.version > s->desc.version) {
+            flow__desc_newer(&d, &s->desc)) {
             memcpy(s->desc.opts.sequencer, d.opts.sequencer, FAB_ADDR_MAX);
             s->desc.version = d.version;
+            s->desc.seq_session = d.seq_session;
             return;
         }
     }

@@ -79,6 +79,8 @@ struct srv_net {
     uint64_t probe_at;    /* connector: next sequencer probe */
     uint32_t seq_misses;  /* connector: probes unanswered in a row */
     uint32_t seq_refused; /* of those, refused at once (the process is gone) */
+    int seq_announce;     /* connector: a replica did not hear of this node's session yet */
+    uint64_t announce_at; /* connector: next attempt to tell it */
 };
 
 /* ---- client map ------------------------------------------------------------ */
@@ -263,7 +265,18 @@ static void connect_oum(struct srv_net *net)
     o.ordered = 1;
     o.max_sources = FKC_CLIENTS_MAX;
     snprintf(o.sequencer, sizeof(o.sequencer), "%s", c->nodes[seq_node].address);
-    rc = flow_declare(net->node, FKC_FLOW_OUM, &sc, 0, targets, (int)net->n, &o);
+    /* A restarted replica first asks its peers: the sequencer may have
+     * failed over while it was down, and the declaration it would make
+     * names the first node of the sequencers list (which, restarted, would
+     * start a competing session). Only a flow nobody declared yet is
+     * declared here. */
+    char at[FAB_ADDR_MAX];
+    uint32_t known = 0;
+    rc = flow_sequencer_info(net->node, FKC_FLOW_OUM, at, sizeof(at), &known);
+    if (rc == 0)
+        rc = FK_EEXIST;
+    else if (rc == FK_EUNKNOWN_FLOW)
+        rc = flow_declare(net->node, FKC_FLOW_OUM, &sc, 0, targets, (int)net->n, &o);
     if (rc < 0 && rc != FK_EEXIST) {
         fk_debug("net", "kv.oum not declared yet: %s", fk_strerror(rc));
         return;
@@ -271,8 +284,6 @@ static void connect_oum(struct srv_net *net)
     /* The node the declaration names starts the sequencer, with a session
      * above any this node or the declaration has seen; after a failover
      * the declaration names the node that took over. */
-    char at[FAB_ADDR_MAX];
-    uint32_t known = 0;
     if (net->session == 0 &&
         flow_sequencer_info(net->node, FKC_FLOW_OUM, at, sizeof(at), &known) == 0 &&
         strcmp(at, c->nodes[net->id].address) == 0) {
@@ -288,6 +299,7 @@ static void connect_oum(struct srv_net *net)
             return;
         }
         net->session = session;
+        net->seq_announce = rc < 0;
         fk_info("net", "sequencer started, session %u%s%s", session,
                 rc < 0 ? "; not every replica heard of it yet: " : "",
                 rc < 0 ? fk_strerror(rc) : "");
@@ -308,24 +320,64 @@ static void connect_oum(struct srv_net *net)
  * failover costs a session change and a view change. A dead process is
  * found at once anyway (the connection is refused). */
 #define SEQ_PROBE_TIMEOUT_NS (100ULL * 1000000ULL)
+/* Between attempts to tell a replica that missed it where the sequencer is. */
+#define SEQ_ANNOUNCE_NS (1000ULL * 1000000ULL)
 
 /* Whether this node should host the sequencer now that the one at `dead`
  * does not answer: it is the first node of the sequencers list, after the
- * dead one, that answers (fk_conf.h: failover order). */
+ * dead one, that answers (fk_conf.h: failover order), and it reaches a
+ * majority of the replicas, itself included. NOPaxos' controller, which
+ * picks the new sequencer (section 3), is itself replicated; a replica
+ * cut off in a minority sees every other node as dead, and without the
+ * majority rule it took over, moved the group to a new session when the
+ * partition healed, and left clients stamping messages with the old
+ * sequencer that the replicas then dropped. */
 static int first_live_candidate(struct srv_net *net, const char *dead)
 {
     const struct fk_cluster_conf *c = net->cluster;
-    for (uint32_t k = 0; k < c->n_sequencers; k++) {
+    int mine = 0;
+    for (uint32_t k = 0; k < c->n_sequencers && !mine; k++) {
         uint32_t id = c->sequencers[k];
         const char *addr = c->nodes[id].address;
         if (strcmp(addr, dead) == 0)
             continue;
         if (id == net->id)
-            return 1;
-        if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
+            mine = 1;
+        else if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
             return 0; /* an earlier candidate lives: it takes over */
     }
-    return 0;
+    uint32_t live = 1;
+    for (uint32_t i = 0; mine && i < net->n; i++) {
+        const char *addr = c->nodes[i].address;
+        if (i != net->id && strcmp(addr, dead) != 0 &&
+            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
+            live++;
+    }
+    return mine && live >= net->n / 2 + 1;
+}
+
+/* The host of the sequencer tells the replicas that did not hear of its
+ * session again, until all did (flow_sequencer_start with the same
+ * session keeps the counter): a replica cut off during a failover learns
+ * it when it is back, and retires the old sequencer if it hosted it
+ * (flow.h), so that no client goes on stamping an old session. */
+static void announce_sequencer(struct srv_net *net, uint32_t session)
+{
+    uint64_t now = fk_now_ns();
+    if (!net->seq_announce || session != net->session || now < net->announce_at)
+        return;
+    net->announce_at = now + SEQ_ANNOUNCE_NS;
+    /* Telling a node that does not answer blocks this thread for a call's
+     * timeout (seconds): only once every replica answers a probe. */
+    for (uint32_t i = 0; i < net->n; i++) {
+        if (i != net->id &&
+            flow_node_probe(net->node, net->cluster->nodes[i].address, SEQ_PROBE_TIMEOUT_NS) < 0)
+            return;
+    }
+    if (flow_sequencer_start(net->node, FKC_FLOW_OUM, session) == 0) {
+        net->seq_announce = 0;
+        fk_info("net", "every replica knows sequencer session %u", session);
+    }
 }
 
 /* NOPaxos sequencer failover (NOPaxos section 3, the controller's role):
@@ -351,10 +403,14 @@ static void check_sequencer(struct srv_net *net)
     const char *self = net->cluster->nodes[net->id].address;
     uint64_t now = fk_now_ns();
     if (now < net->probe_at ||
-        flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) < 0 ||
-        strcmp(addr, self) == 0)
+        flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) < 0)
         return;
     net->probe_at = now + SEQ_PROBE_NS;
+    if (strcmp(addr, self) == 0) {
+        announce_sequencer(net, session);
+        return;
+    }
+    net->seq_announce = 0; /* a later session elsewhere: this node no longer hosts it */
     if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0) {
         net->seq_misses = net->seq_refused = 0;
         return;
@@ -373,6 +429,7 @@ static void check_sequencer(struct srv_net *net)
         strcmp(addr, self) == 0) {
         net->session = net->seq_session = next;
         net->seq_misses = net->seq_refused = 0;
+        net->seq_announce = 1; /* the dead host too, should it come back */
         fk_warn("net", "the sequencer stopped answering: this node took over, session %u", next);
     }
 }

@@ -20,7 +20,8 @@
 #
 # Knobs (environment): FX_SECONDS workload length (default 8), FX_CLIENTS
 # (4), FX_KEYS (8), FX_FAULT_AT seconds into the workload (2), FX_PART_S
-# partition length (3), FX_DOWN_S follower downtime (2), FX_LOSS percent (5),
+# partition length (3; the sequencer's host: FX_SEQ_PART_S, 6, past the
+# failover's detection), FX_DOWN_S follower downtime (2), FX_LOSS percent (5),
 # FX_DELAY_MS and FX_JITTER_MS the delay per packet (5 ms + 0..5 ms),
 # FX_TIMEOUT_MS client timeout per operation (1000; under loss
 # FX_LOSS_TIMEOUT_MS, 3000), FX_SIDE_WRITES the kv_check writer's count
@@ -28,12 +29,13 @@
 # every scenario).
 
 # shellcheck disable=SC2034 # read by test_faults.sh
-FX_SCENARIOS="leader-crash follower-restart leader-partition loss delay sequencer-failover cluster-restart"
+FX_SCENARIOS="leader-crash follower-restart leader-partition loss delay sequencer-failover sequencer-partition cluster-restart"
 FX_SECONDS=${FX_SECONDS:-8}
 FX_CLIENTS=${FX_CLIENTS:-4}
 FX_KEYS=${FX_KEYS:-8}
 FX_FAULT_AT=${FX_FAULT_AT:-2}
 FX_PART_S=${FX_PART_S:-3}
+FX_SEQ_PART_S=${FX_SEQ_PART_S:-6}
 FX_DOWN_S=${FX_DOWN_S:-2}
 FX_LOSS=${FX_LOSS:-5}
 FX_DELAY_MS=${FX_DELAY_MS:-5}
@@ -56,6 +58,11 @@ fx__label() {
     sequencer-failover)
         if [ "$1" = nopaxos ]; then echo "sequencer failover (kill -9 the replica hosting the sequencer)"; else
             echo "kill -9 of the first replica of the sequencers list (sequencer-failover slot; Multi-Paxos has no sequencer)"
+        fi
+        ;;
+    sequencer-partition)
+        if [ "$1" = nopaxos ]; then echo "the sequencer's host cut off ${FX_SEQ_PART_S}s: failover, then the old sequencer retires"; else
+            echo "the first replica of the sequencers list cut off ${FX_SEQ_PART_S}s (sequencer-partition slot; Multi-Paxos has no sequencer)"
         fi
         ;;
     cluster-restart) echo "whole-cluster kill -9 and restart from disk" ;;
@@ -159,23 +166,38 @@ fx__verify_acks() {
 
 # ---- faults ----------------------------------------------------------------
 
-# fx__caught_up I: replica I's commit point reaches the leader's (15 s).
+# fx__caught_up I: the cluster takes a write and replica I's commit point
+# reaches the leader's (15 s).
 fx__caught_up() {
-    local end=$((SECONDS + 15)) st l c lc
+    local end=$((SECONDS + 15)) st l c lc put
     while [ $SECONDS -lt $end ]; do
-        nsc_cli -t 1000 put probe z >/dev/null 2>&1
+        put=$(nsc_cli -t 1000 put probe z 2>&1) && put="ok"
         st=$(nsc_cli -t 1000 status 2>/dev/null)
         l=$(awk '$2 == "leader" { print $1; exit }' <<<"$st")
         c=$(awk -v id="$1" '$1 == id && $2 != "unreachable" { print $7 }' <<<"$st")
         lc=$(awk -v id="$l" '$1 == id { print $7 }' <<<"$st")
-        [ -n "$l" ] && [ -n "$c" ] && [ "$c" = "$lc" ] && return 0
+        [ "$put" = ok ] && [ -n "$l" ] && [ -n "$c" ] && [ "$c" = "$lc" ] && return 0
         sleep 0.3
     done
     # Every replica's status row and protocol state: what the one behind
     # waits for, and what the others do about it.
-    FX_WHY="replica $1 did not catch up within 15 s; status: $(awk \
-        'NR > 1 { $1 = $1; printf "[%s] ", $0 }' <<<"$st"); $(nsc_dump | tr '\n' ' ')"
+    FX_WHY="replica $1 did not catch up, or no write succeeded, within 15 s; status: $(awk \
+        'NR > 1 { $1 = $1; printf "[%s] ", $0 }' <<<"$st"); last put: ${put:-none}; $(nsc_dump | tr '\n' ' ')"
+    FLOWKV_LOG=debug nsc_cli -t 2000 put probe z >"$NSC_DIR/probe-debug.out" 2>&1
     return 1
+}
+
+# fx__seq_back I: the killed sequencer host I restarts from its disk after
+# the failover: it learns where the sequencer went from its peers instead
+# of starting a competing session of its own (server/srv_net.c), and
+# catches up.
+fx__seq_back() {
+    nsc_start "$1"
+    fx__caught_up "$1" || return 1
+    if [ "$NSC_PROTO" = nopaxos ] && [ "$(grep -c 'sequencer started' "$NSC_DIR/log$1")" -gt 1 ]; then
+        FX_WHY="replica $1, restarted after the failover, started a sequencer of its own"
+        return 1
+    fi
 }
 
 # fx__inject PROTO SCENARIO DIR: the fault, while the workload runs; sets
@@ -219,7 +241,18 @@ fx__inject() {
     sequencer-failover)
         nsc_seq_fail
         fx__stamp "$d"
-        FX_NOTE="killed replica $NSC_SEQ"
+        FX_NOTE="killed replica $NSC_SEQ, restarted from disk after the workload"
+        FX_AFTER="fx__seq_back $NSC_SEQ"
+        ;;
+    sequencer-partition)
+        f=$(sed -n 's/^sequencers *= *\([0-9]*\).*/\1/p' "$NSC_CONF")
+        nsc_partition "$f" || FX_WHY="nft could not partition host $f"
+        fx__stamp "$d"
+        sleep "$FX_SEQ_PART_S"
+        nsc_heal
+        FX_NOTE="replica $f cut off ${FX_SEQ_PART_S}s"
+        FX_AFTER="fx__caught_up $f"
+        FX_SEQ_HOST=$f
         ;;
     cluster-restart)
         for i in 0 1 2; do nsc_kill "$i"; done
@@ -235,7 +268,7 @@ fx__inject() {
 fx__result() { # fx__result PROTO SCENARIO OK WHY
     local label row
     label="$1: $(fx__label "$1" "$2")"
-    row="$(printf '%-18s %-10s %6s %6s %10s %5s' "$2" "$1" "$FX_OPS" "$FX_INDET" \
+    row="$(printf '%-19s %-10s %6s %6s %10s %5s' "$2" "$1" "$FX_OPS" "$FX_INDET" \
         "${FX_UNAVAIL:-none}" "$FX_VIOL")"
     local what="ops=$FX_OPS indeterminate=$FX_INDET unavailable_ms=${FX_UNAVAIL:-none} violations=$FX_VIOL ($FX_NOTE)"
     if [ "$3" = 1 ]; then
@@ -253,7 +286,7 @@ fx__why() { [ -z "$1" ] || why="${why:+$why; }$1"; }
 fx_run() {
     local proto=$1 sc=$2 d=$FX_WORK/$1-$2 i why=""
     FX_OPS=0 FX_INDET="-" FX_UNAVAIL="" FX_VIOL="?" FX_NOTE="not run" FX_WHY="" FX_VWHY=""
-    FX_AFTER="" FX_WL="" FX_REDONE=""
+    FX_AFTER="" FX_WL="" FX_REDONE="" FX_SEQ_HOST=""
     if ! nsc_up "$FX_RUNID" 3; then
         fx__result "$proto" "$sc" 0 "the namespaces could not be made"
         return
@@ -317,6 +350,25 @@ fx_run() {
     if [ -z "$dead" ] && [ -n "$FX_AFTER" ] && ! $FX_AFTER; then
         fx__why "$FX_WHY"
     fi
+    # The sequencer's host kept answering the majority: a replica that took
+    # over did so from a minority (it cost a session change, and once left
+    # clients stamping messages with the old sequencer that were dropped).
+    if [ "$sc" = leader-partition ] && grep -q 'took over' "$d"/log[0-9]; then
+        fx__why "a replica cut off in a minority took over the sequencer: $(grep -h 'took over' "$d"/log[0-9] | head -n 1)"
+    fi
+    # The majority failed over; the cut-off host, back, heard of the new
+    # session and retired its sequencer (flows/flow_node.c).
+    if [ "$sc" = sequencer-partition ] && [ "$proto" = nopaxos ]; then
+        grep -q 'took over' "$d"/log[0-9] || fx__why "no replica took over the sequencer"
+        grep -q 'sequencer session [0-9]* retired' "$d/log$FX_SEQ_HOST" ||
+            fx__why "replica $FX_SEQ_HOST did not retire its sequencer after the partition"
+    fi
+    # The sequencer's host kept answering the majority: a replica that took
+    # over did so from a minority (it cost a session change, and once left
+    # clients stamping messages with the old sequencer that were dropped).
+    if [ "$sc" = leader-partition ] && grep -q 'took over' "$d"/log[0-9]; then
+        fx__why "a replica cut off in a minority took over the sequencer: $(grep -h 'took over' "$d"/log[0-9] | head -n 1)"
+    fi
     FX_VIOL=""
     fx__violations "$d"
     [ -z "$side" ] || fx__verify_acks "$d" side "$d/side-acks"
@@ -343,6 +395,6 @@ fx__teardown() {
 
 fx_table() {
     local r
-    echo "# $(printf '%-18s %-10s %6s %6s %10s %5s' scenario protocol ops indet unavail_ms viol)  result"
+    echo "# $(printf '%-19s %-10s %6s %6s %10s %5s' scenario protocol ops indet unavail_ms viol)  result"
     for r in "${FX_ROWS[@]}"; do echo "# $r"; done
 }

@@ -499,7 +499,12 @@ static void sess_source(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
-static void session_change(int multicast)
+/* The sequencer's host fails (old_lives = 0) or only loses its role: a
+ * new sequencer starts elsewhere while the old host still runs (a false
+ * failover, or a host that was cut off and comes back). Either way the
+ * source's second phase must be numbered in session 2: a live old counter
+ * retires when its host hears of the new session (flow__store_desc). */
+static void session_change(int multicast, int old_lives)
 {
     struct ft_child tc, sc;
     ft_fork(&tc, sess_target, NULL);
@@ -527,23 +532,43 @@ static void session_change(int multicast)
     /* The sequencer fails; a new one starts a new session elsewhere. */
     CHECK_OK(flow_node_add_peer(next, h));
     CHECK_OK(flow_sequencer_start(next, "sess", 2));
-    flow_node_destroy(home);
+    if (old_lives) {
+        char at[FAB_ADDR_MAX];
+        uint32_t session = 0;
+        CHECK_OK(flow_sequencer_info(home, "sess", at, sizeof(at), &session));
+        CHECK_EQ_U64(session, 2); /* the old host heard of it */
+        CHECK(strcmp(at, flow_node_addr(next)) == 0);
+    } else {
+        flow_node_destroy(home);
+    }
     ft_write(sc.down[1], &done, sizeof(done));
     CHECK_OK(ft_read(sc.up[0], &done, sizeof(done)));
     uint64_t deadline = fk_now_ns() + FT_DEADLINE;
     CHECK_EQ_I64(ft_reap(&sc, deadline), 0);
     CHECK_EQ_I64(ft_reap(&tc, deadline), 0);
+    if (old_lives)
+        flow_node_destroy(home);
     flow_node_destroy(next);
 }
 
 TEST(ordered_replicate_sequencer_session_change)
 {
-    session_change(0);
+    session_change(0, 0);
 }
 
 TEST(ordered_multicast_sequencer_session_change)
 {
-    session_change(1);
+    session_change(1, 0);
+}
+
+TEST(ordered_replicate_live_old_sequencer_retires)
+{
+    session_change(0, 1);
+}
+
+TEST(ordered_multicast_live_old_sequencer_retires)
+{
+    session_change(1, 1);
 }
 
 CHECK_MAIN()
