@@ -323,37 +323,43 @@ static void connect_oum(struct srv_net *net)
 /* Between attempts to tell a replica that missed it where the sequencer is. */
 #define SEQ_ANNOUNCE_NS (1000ULL * 1000000ULL)
 
+/* Whether this node reaches a majority of the replicas, itself included,
+ * without the one at `dead`. NOPaxos' controller, which declares the
+ * sequencer failed and picks the next (section 3), is itself replicated: a
+ * replica cut off in a minority sees every node as dead, and counting its
+ * probes as evidence it took the sequencer over (in every run of the
+ * faults suite's leader partition), moved the group to a new session when
+ * healed, and left clients numbering with the old sequencer, whose
+ * messages the replicas then dropped as an old session. */
+static int reaches_majority(struct srv_net *net, const char *dead)
+{
+    uint32_t live = 1;
+    for (uint32_t i = 0; i < net->n; i++) {
+        const char *addr = net->cluster->nodes[i].address;
+        if (i != net->id && strcmp(addr, dead) != 0 &&
+            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
+            live++;
+    }
+    return live >= net->n / 2 + 1;
+}
+
 /* Whether this node should host the sequencer now that the one at `dead`
  * does not answer: it is the first node of the sequencers list, after the
- * dead one, that answers (fk_conf.h: failover order), and it reaches a
- * majority of the replicas, itself included. NOPaxos' controller, which
- * picks the new sequencer (section 3), is itself replicated; a replica
- * cut off in a minority sees every other node as dead, and without the
- * majority rule it took over, moved the group to a new session when the
- * partition healed, and left clients stamping messages with the old
- * sequencer that the replicas then dropped. */
+ * dead one, that answers (fk_conf.h: failover order). */
 static int first_live_candidate(struct srv_net *net, const char *dead)
 {
     const struct fk_cluster_conf *c = net->cluster;
-    int mine = 0;
-    for (uint32_t k = 0; k < c->n_sequencers && !mine; k++) {
+    for (uint32_t k = 0; k < c->n_sequencers; k++) {
         uint32_t id = c->sequencers[k];
         const char *addr = c->nodes[id].address;
         if (strcmp(addr, dead) == 0)
             continue;
         if (id == net->id)
-            mine = 1;
-        else if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
+            return 1;
+        if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
             return 0; /* an earlier candidate lives: it takes over */
     }
-    uint32_t live = 1;
-    for (uint32_t i = 0; mine && i < net->n; i++) {
-        const char *addr = c->nodes[i].address;
-        if (i != net->id && strcmp(addr, dead) != 0 &&
-            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
-            live++;
-    }
-    return mine && live >= net->n / 2 + 1;
+    return 0;
 }
 
 /* The host of the sequencer tells the replicas that did not hear of its
@@ -415,11 +421,17 @@ static void check_sequencer(struct srv_net *net)
         net->seq_misses = net->seq_refused = 0;
         return;
     }
+    int refused = fk_now_ns() - now < SEQ_PROBE_TIMEOUT_NS / 2;
+    /* A miss counts only while this node reaches a majority: cut off
+     * itself, it has no evidence against the sequencer (reaches_majority);
+     * each of the misses in a row is checked, so that one taken just before
+     * a partition heals does not add up with a majority found just after. */
+    if (!reaches_majority(net, addr)) {
+        net->seq_misses = net->seq_refused = 0;
+        return;
+    }
     net->seq_misses++;
-    if (fk_now_ns() - now < SEQ_PROBE_TIMEOUT_NS / 2)
-        net->seq_refused++;
-    else
-        net->seq_refused = 0;
+    net->seq_refused = refused ? net->seq_refused + 1 : 0;
     if ((net->seq_refused < SEQ_REFUSED && net->seq_misses < SEQ_MISSES) ||
         !first_live_candidate(net, addr))
         return;
