@@ -38,6 +38,7 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define RESEND_NS       (100ULL * 1000000ULL) /* a request unanswered this long is resent */
 #define REJOIN_NS       (1000ULL * 1000000ULL)
 #define OPEN_NS         (1000ULL * 1000000ULL) /* joining one replica at most */
+#define REJOIN_PROBE_NS (50ULL * 1000000ULL)   /* a replica that went away must answer first */
 #define PUSH_NS         (50ULL * 1000000ULL)
 #define REPLY_MSG_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
 #define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
@@ -159,14 +160,20 @@ static int join(flowkv *kv, uint32_t i)
     return rc;
 }
 
+/* Joins again, once a second, the replicas that went away. A join makes
+ * several control calls, each allowed seconds: to a replica cut off by a
+ * partition they blocked this thread (and every operation waiting on it)
+ * until the partition healed. A replica that does not answer a short probe
+ * first is skipped until the next try. */
 static void rejoin_due(flowkv *kv, uint64_t now)
 {
     for (uint32_t i = 0; i < kv->n; i++) {
         struct replica *r = &kv->r[i];
         if (r->t != NULL || now < r->retry_at)
             continue;
-        if (join(kv, i) < 0)
-            r->retry_at = now + REJOIN_NS;
+        if (flow_node_probe(kv->node, kv->conf.nodes[i].address, REJOIN_PROBE_NS) < 0 ||
+            join(kv, i) < 0)
+            r->retry_at = fk_now_ns() + REJOIN_NS;
     }
 }
 

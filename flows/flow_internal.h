@@ -63,6 +63,15 @@
  * next take waits for it. Only after this long is the connection given up
  * and the sequencer looked up again (it may have moved). */
 #define FLOW__SEQ_STALL_NS (1000ULL * 1000000ULL)
+/* A target whose node leaves a read of its consumed counter unanswered
+ * this long, while the source waits for room in its ring, is written off
+ * like one whose connection failed: the read is answered by the node's
+ * fabric, not by the consumer, so a slow consumer is never taken for a
+ * dead one, but a node cut off by a partition (TCP keeps the connection
+ * for minutes) is. Without it every push to a replicate flow waited its
+ * full timeout on that target, and a Multi-Paxos leader with a follower
+ * cut off served a quarter of its rate, under ASan nothing. */
+#define FLOW__READ_DEAD_NS (1000ULL * 1000000ULL)
 /* A replicate source retries a target it could not attach to: each try
  * bounded by FLOW__REPL_ATTACH_NS, at most one per FLOW__REPL_REATTACH_NS. */
 #define FLOW__REPL_ATTACH_NS   (200ULL * 1000000ULL)
@@ -222,11 +231,14 @@ struct flow__starget {
     uint64_t consumed;  /* segments the target released, as last learned */
     uint64_t *read_buf; /* bandwidth mode: destination of the consumed read (registered) */
     int read_pending;
-    int held;        /* posts with FAB_MORE the fabric may still hold (sent by a poll) */
-    uint32_t fill;   /* tuples staged in the current segment */
-    uint8_t *stages; /* nseg segments, indexed by sent % nseg: a segment's
-                      * buffer is reused only after the target consumed it,
-                      * so zero-copy backends may read it until then */
+    int read_held;        /* the pending read was posted with FAB_MORE, not sent yet */
+    uint64_t read_posted; /* when the pending read went out (ns, about) */
+    uint64_t full_since;  /* when a push first found the ring full, 0 = it has room */
+    int held;             /* posts with FAB_MORE the fabric may still hold (sent by a poll) */
+    uint32_t fill;        /* tuples staged in the current segment */
+    uint8_t *stages;      /* nseg segments, indexed by sent % nseg: a segment's
+                           * buffer is reused only after the target consumed it,
+                           * so zero-copy backends may read it until then */
     fab_mr *stage_mr;
     uint32_t signaled;  /* outstanding signaled writes */
     uint64_t last_push; /* joined targets: when this source last pushed (ns) */

@@ -76,6 +76,10 @@ static int reap(flow_source *s, int k)
     if (st->signaled == 0 && !st->read_pending && !st->held)
         return 0;
     st->held = 0; /* fab_poll sends what the fabric batched (fab.h, FAB_MORE) */
+    if (st->read_held) {
+        st->read_held = 0;
+        st->read_posted = fk_now_ns();
+    }
     while ((n = fab_poll(st->conn, wc, 8)) > 0) {
         for (int i = 0; i < n; i++) {
             if (wc[i].status < 0) {
@@ -117,6 +121,8 @@ static int post_consumed_read(flow_source *s, int k, unsigned more)
     if (rc == 0) {
         st->read_pending = 1;
         st->held |= more != 0;
+        st->read_held = more != 0;
+        st->read_posted = fk_now_ns();
     }
     return rc;
 }
@@ -150,7 +156,6 @@ static int wait_space(flow_source *s, int k)
             post_consumed_read(s, k, FAB_MORE);
         return 0;
     }
-    uint64_t since = 0;
     for (;;) {
         int rc = reap(s, k);
         if (rc < 0)
@@ -159,12 +164,24 @@ static int wait_space(flow_source *s, int k)
         uint64_t inflight = st->sent - st->consumed;
         if (bw && inflight >= s->geom.nseg / 2)
             post_consumed_read(s, k, 0);
-        if (inflight < s->geom.nseg)
+        if (inflight < s->geom.nseg) {
+            st->full_since = 0;
             return 0;
+        }
         uint64_t now = fk_now_ns();
-        if (deadline == 0) {
+        if (deadline == 0)
             deadline = now + s->timeout_ns;
-            since = now;
+        /* Since when the ring has looked full, across pushes: a push may
+         * wait only a few milliseconds (the server's), less than the
+         * stalls below are measured in. */
+        if (st->full_since == 0)
+            st->full_since = now;
+        uint64_t since = st->full_since;
+        if (st->read_pending && !st->read_held && now - st->read_posted >= FLOW__READ_DEAD_NS) {
+            fk_warn("flows", "flow %s: target %d at %s does not answer: written off", s->desc.name,
+                    k, s->desc.targets[k]);
+            target_gone(s, k);
+            return FK_ECLOSED;
         }
         if (now >= deadline)
             return FK_ETIMEDOUT;
@@ -412,6 +429,8 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     st->fill = 0;
     st->signaled = 0;
     st->read_pending = 0;
+    st->read_held = 0;
+    st->full_since = 0;
     st->held = 0;
     fab_store64(&s->credits[k], 0);
     st->state = 1;

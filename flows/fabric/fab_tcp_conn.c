@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <arpa/inet.h>
 #include <unistd.h>
@@ -41,6 +42,12 @@ struct pending {
  * at most two pieces (header, payload). */
 #define BATCH_BYTES (64 * 1024)
 #define BATCH_IOV   64
+
+/* A send that the peer leaves in a full kernel buffer this long fails: the
+ * peer's progress thread is not reading (connect_fd). Each connection to a
+ * peer cut off costs its sender this once; a live peer that is only slow
+ * still takes some bytes within it, and a send that moved any is not cut. */
+#define FAB_TCP_SEND_STALL_US (500 * 1000)
 
 /* Completions parsed while fab_call waited: at most every signaled op. */
 #define STASH_MAX (FAB_CONN_DEPTH + 1)
@@ -94,8 +101,15 @@ static int connect_fd(const char *addr, uint64_t timeout_ns)
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    /* Blocking sends: the passive side's progress thread always drains its
-     * socket, so a send blocks only while the kernel buffer is full. */
+    /* Blocking sends, bounded: the passive side's progress thread always
+     * drains its socket, so a send blocks only while the kernel buffer is
+     * full, and a peer that takes nothing for FAB_TCP_SEND_STALL_US is cut
+     * off or stopped: the send fails and the connection is dead (send_all).
+     * TCP would hold it for many minutes, and the sender with it: a
+     * Multi-Paxos leader blocked on a follower behind a partition served
+     * nothing until the partition healed. */
+    struct timeval stall = {.tv_sec = 0, .tv_usec = FAB_TCP_SEND_STALL_US};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall));
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     return fd;
 }

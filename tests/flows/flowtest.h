@@ -147,6 +147,20 @@ static inline flow_node *ft_node(void)
     return n;
 }
 
+/* In a forked child: a node of its own, its address sent up to the parent,
+ * then waits for the parent's word that the flow is declared (exits 3 when
+ * the parent went away). */
+static inline flow_node *ft_child_node(struct ft_child *c)
+{
+    flow_node *n = ft_node();
+    char addr[FAB_ADDR_MAX] = {0};
+    snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
+    ft_write(c->up[1], addr, sizeof(addr));
+    if (ft_read(c->down[0], addr, sizeof(addr)) < 0) /* declared */
+        _exit(3);
+    return n;
+}
+
 /* A node bound to the address in environment variable var (FT_SOURCE_HOST
  * or FT_TARGET_HOST), or to the default address when it is unset or empty.
  * ft_run places its source processes and the declaring ("home") node on

@@ -442,12 +442,7 @@ TEST(ordered_replicate_restarted_target_reached_again)
 static void sess_target(struct ft_child *c, void *arg)
 {
     (void)arg;
-    flow_node *n = ft_node();
-    char addr[FAB_ADDR_MAX] = {0};
-    snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
-    ft_write(c->up[1], addr, sizeof(addr));
-    if (ft_read(c->down[0], addr, sizeof(addr)) < 0) /* declared */
-        _exit(3);
+    flow_node *n = ft_child_node(c);
     flow_target *t;
     CHECK_OK(flow_target_open(n, "sess", 0, &t));
     uint64_t want = 0, got = 0, deadline = fk_now_ns() + FT_DEADLINE;
