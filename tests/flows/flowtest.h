@@ -147,12 +147,24 @@ static inline flow_node *ft_node(void)
     return n;
 }
 
-/* In a forked child: a node of its own, its address sent up to the parent,
- * then waits for the parent's word that the flow is declared (exits 3 when
- * the parent went away). */
-static inline flow_node *ft_child_node(struct ft_child *c)
+/* A node on the TCP fabric whatever FLOWKV_FABRIC says: for behaviour of
+ * that backend (a stopped process still answers one-sided operations on
+ * verbs, where the NIC serves them). */
+static inline flow_node *ft_node_tcp(void)
 {
-    flow_node *n = ft_node();
+    struct flow_node_config cfg;
+    flow_node_config_default(&cfg);
+    cfg.fabric.backend = FAB_BACKEND_TCP;
+    flow_node *n = NULL;
+    CHECK_OK(flow_node_create(&cfg, &n));
+    return n;
+}
+
+/* In a forked child: node n (its own) announced, its address sent up to
+ * the parent, then waits for the parent's word that the flow is declared
+ * (exits 3 when the parent went away). */
+static inline flow_node *ft_child_node(struct ft_child *c, flow_node *n)
+{
     char addr[FAB_ADDR_MAX] = {0};
     snprintf(addr, sizeof(addr), "%s", flow_node_addr(n));
     ft_write(c->up[1], addr, sizeof(addr));

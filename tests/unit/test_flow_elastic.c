@@ -442,7 +442,7 @@ TEST(ordered_replicate_restarted_target_reached_again)
 static void sess_target(struct ft_child *c, void *arg)
 {
     (void)arg;
-    flow_node *n = ft_child_node(c);
+    flow_node *n = ft_child_node(c, ft_node());
     flow_target *t;
     CHECK_OK(flow_target_open(n, "sess", 0, &t));
     uint64_t want = 0, got = 0, deadline = fk_now_ns() + FT_DEADLINE;

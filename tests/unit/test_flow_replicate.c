@@ -99,7 +99,7 @@ static void frozen_target(struct ft_child *c, void *arg)
         dup2(null, STDERR_FILENO);
         close(null);
     }
-    flow_node *n = ft_child_node(c);
+    flow_node *n = ft_child_node(c, ft_node_tcp());
     flow_target *t;
     CHECK_OK(flow_target_open(n, "frozen", 1, &t));
     char word = 1;
@@ -117,13 +117,15 @@ struct frozen {
 };
 
 /* Flow "frozen": target 0 here, target 1 in a child whose process is then
- * stopped; one source here, pushes bounded by 20 ms. */
+ * stopped; one source here, pushes bounded by 20 ms. Both nodes on the TCP
+ * fabric: on verbs the NIC still serves a stopped process's memory, and a
+ * node cut off shows as queue pair errors (retries exceeded) instead. */
 static void frozen_open(struct frozen *f, uint32_t seg_bytes, uint32_t segs)
 {
     ft_fork(&f->c, frozen_target, NULL);
     char caddr[FAB_ADDR_MAX];
     CHECK_OK(ft_read(f->c.up[0], caddr, sizeof(caddr)));
-    f->home = ft_node();
+    f->home = ft_node_tcp();
     struct flow_schema sc;
     ft_schema(&sc);
     struct flow_opts o;
