@@ -552,14 +552,23 @@ int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
     nc.fabric.backend = self->fabric == FK_FABRIC_TCP     ? FAB_BACKEND_TCP
                         : self->fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
                                                           : FAB_BACKEND_AUTO;
+    const char *step = "listening";
     int rc = net->cmap && net->stage ? flow_node_create(&nc, &net->node) : FK_ENOMEM;
     for (uint32_t j = 0; rc == 0 && j < net->n; j++)
         if (j != net->id)
             rc = flow_node_add_peer(net->node, c->nodes[j].address);
-    if (rc == 0)
+    if (rc == 0) {
+        step = "declaring its flows";
         rc = declare_own(net);
-    if (rc == 0)
+    }
+    if (rc == 0) {
+        step = "opening its flows";
         rc = open_own(net);
+    }
+    /* Which step: a start once failed at once with "peer unreachable",
+     * and none of them should reach a peer. */
+    if (rc < 0)
+        fk_warn("net", "%s failed: %s", step, fk_strerror(rc));
     for (uint32_t j = 0; j < net->n; j++)
         net->peers[j].want = j != net->id;
     net->bcast.want = 1;

@@ -346,7 +346,7 @@ fx_run() {
     # healed one must catch up.
     local dead=""
     for i in "${!NSC_PID[@]}"; do
-        nsc_alive "$i" || dead="${dead}replica $i exited: $(grep -v ' I ' "$d/log$i" | tail -n 1); "
+        nsc_alive "$i" || dead="${dead}replica $i exited: $(grep -v ' [ID] ' "$d/log$i" | tail -n 2 | tr '\n' ' '); "
     done
     fx__why "${dead%; }"
     if [ -z "$dead" ] && [ -n "$FX_AFTER" ] && ! $FX_AFTER; then
