@@ -869,8 +869,14 @@ static int source_init(flow_source *s)
             rc = attach_one(s, (int)k, deadline);
         /* A replicate flow reaches the targets that answer: a replica
          * group serves with f of its members down (NOPaxos section 4: the
-         * multicast is unreliable; the missing member recovers later). */
-        if (rc < 0 && rc != FK_ENOMEM && s->desc.opts.kind == FLOW_REPLICATE) {
+         * multicast is unreliable; the missing member recovers later).
+         * A joined member (a client of a service's outbound flow) that
+         * does not answer is tried again later too, as after a join
+         * (ensure_target): a client that joined and went away in the
+         * moment between a replica declaring its reply flow and opening
+         * it once failed the replica's start ("peer unreachable"). */
+        int joined = k >= s->desc.ntargets_declared;
+        if (rc < 0 && rc != FK_ENOMEM && (s->desc.opts.kind == FLOW_REPLICATE || joined)) {
             /* Not written off: a lost SYN alone costs TCP a second, and an
              * ordered flow that never reaches the NOPaxos leader has every
              * request of this source turned into a no-op. Pushes try it

@@ -214,6 +214,39 @@ static void full_joiner(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
+/* A joined target that died before the source opened (a client that
+ * joined a replica's reply flow and went away before the replica opened
+ * its source) does not fail the open: the source opens, pushes to that
+ * index fail with FK_ECLOSED, the declared target gets its tuples. */
+TEST(elastic_source_opens_past_a_dead_joined_target)
+{
+    struct ft_child c;
+    ft_fork(&c, full_joiner, (void *)1);
+    flow_node *n = ft_node();
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "tf", home);
+    int idx;
+    ft_write(c.down[1], home, sizeof(home));
+    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 1);
+    kill(c.pid, SIGKILL);
+    CHECK_EQ_I64(ft_reap(&c, fk_now_ns() + 10 * FT_SEC), -1);
+    flow_target *t0;
+    CHECK_OK(flow_target_open(n, "tf", 0, &t0));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "tf", 0, 2 * FT_SEC, &s));
+    struct ft_tuple tp = {7, 0, 7, ft_check(7, 0, 7)};
+    CHECK_ERR(flow_push_to(s, 1, &tp, sizeof(tp)), FK_ECLOSED);
+    CHECK_OK(flow_push_to(s, 0, &tp, sizeof(tp)));
+    CHECK_OK(flow_flush(s));
+    struct flow_item it;
+    CHECK_OK(flow_consume(t0, &it, 5 * FT_SEC));
+    CHECK_EQ_U64(((const struct ft_tuple *)it.tuple)->n, 7);
+    CHECK_OK(flow_source_close(s));
+    flow_target_close(t0);
+    flow_node_destroy(n);
+}
+
 /* Elastic membership: a joined target killed without leaving holds its
  * index only until the flow is full; the next joiner finds its node gone
  * and takes the index (no source ever pushed to the dead one). */
