@@ -147,17 +147,25 @@ static inline flow_node *ft_node(void)
     return n;
 }
 
+/* A node on host (NULL: the default) with the given fabric backend. */
+static inline flow_node *ft_node_cfg(const char *host, enum fab_backend backend)
+{
+    struct flow_node_config cfg;
+    flow_node_config_default(&cfg);
+    if (host != NULL)
+        cfg.fabric.host = host;
+    cfg.fabric.backend = backend;
+    flow_node *n = NULL;
+    CHECK_OK(flow_node_create(&cfg, &n));
+    return n;
+}
+
 /* A node on the TCP fabric whatever FLOWKV_FABRIC says: for behaviour of
  * that backend (a stopped process still answers one-sided operations on
  * verbs, where the NIC serves them). */
 static inline flow_node *ft_node_tcp(void)
 {
-    struct flow_node_config cfg;
-    flow_node_config_default(&cfg);
-    cfg.fabric.backend = FAB_BACKEND_TCP;
-    flow_node *n = NULL;
-    CHECK_OK(flow_node_create(&cfg, &n));
-    return n;
+    return ft_node_cfg(NULL, FAB_BACKEND_TCP);
 }
 
 /* In a forked child: node n (its own) announced, its address sent up to
@@ -188,12 +196,7 @@ static inline flow_node *ft_node_on(const char *var)
     const char *host = getenv(var);
     if (host == NULL || *host == '\0')
         return ft_node();
-    struct flow_node_config cfg;
-    flow_node_config_default(&cfg);
-    cfg.fabric.host = host;
-    flow_node *n = NULL;
-    CHECK_OK(flow_node_create(&cfg, &n));
-    return n;
+    return ft_node_cfg(host, FAB_BACKEND_AUTO);
 }
 
 /* ---- the generic scenario ------------------------------------------------------------ */
