@@ -176,7 +176,6 @@ static int wait_space(flow_source *s, int k)
          * stalls below are measured in. */
         if (st->full_since == 0)
             st->full_since = now;
-        uint64_t since = st->full_since;
         if (st->read_pending && !st->read_held && now - st->read_posted >= FLOW__READ_DEAD_NS) {
             fk_warn("flows", "flow %s: target %d at %s does not answer: written off", s->desc.name,
                     k, s->desc.targets[k]);
@@ -190,7 +189,7 @@ static int wait_space(flow_source *s, int k)
          * credit connection failed: on rxe, a queue pair in error after
          * its retries) must not stall the source for good: after a while
          * it reads the consumed counter itself, as bandwidth mode does. */
-        if (!bw && now - since >= FLOW__CREDIT_STALL_NS && !st->read_pending)
+        if (!bw && now - st->full_since >= FLOW__CREDIT_STALL_NS && !st->read_pending)
             post_consumed_read(s, k, 0);
         if (s->desc.opts.mode == FLOW_BANDWIDTH) {
             fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);

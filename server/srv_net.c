@@ -323,6 +323,20 @@ static void connect_oum(struct srv_net *net)
 /* Between attempts to tell a replica that missed it where the sequencer is. */
 #define SEQ_ANNOUNCE_NS (1000ULL * 1000000ULL)
 
+/* How many other replicas, `skip` (an address, or NULL) aside, answer a
+ * probe now. */
+static uint32_t answering(struct srv_net *net, const char *skip)
+{
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < net->n; i++) {
+        const char *addr = net->cluster->nodes[i].address;
+        if (i != net->id && (skip == NULL || strcmp(addr, skip) != 0) &&
+            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
+            live++;
+    }
+    return live;
+}
+
 /* Whether this node reaches a majority of the replicas, itself included,
  * without the one at `dead`. NOPaxos' controller, which declares the
  * sequencer failed and picks the next (section 3), is itself replicated: a
@@ -333,14 +347,7 @@ static void connect_oum(struct srv_net *net)
  * messages the replicas then dropped as an old session. */
 static int reaches_majority(struct srv_net *net, const char *dead)
 {
-    uint32_t live = 1;
-    for (uint32_t i = 0; i < net->n; i++) {
-        const char *addr = net->cluster->nodes[i].address;
-        if (i != net->id && strcmp(addr, dead) != 0 &&
-            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
-            live++;
-    }
-    return live >= net->n / 2 + 1;
+    return 1 + answering(net, dead) >= net->n / 2 + 1;
 }
 
 /* Whether this node should host the sequencer now that the one at `dead`
@@ -375,11 +382,8 @@ static void announce_sequencer(struct srv_net *net, uint32_t session)
     net->announce_at = now + SEQ_ANNOUNCE_NS;
     /* Telling a node that does not answer blocks this thread for a call's
      * timeout (seconds): only once every replica answers a probe. */
-    for (uint32_t i = 0; i < net->n; i++) {
-        if (i != net->id &&
-            flow_node_probe(net->node, net->cluster->nodes[i].address, SEQ_PROBE_TIMEOUT_NS) < 0)
-            return;
-    }
+    if (answering(net, NULL) < net->n - 1)
+        return;
     if (flow_sequencer_start(net->node, FKC_FLOW_OUM, session) == 0) {
         net->seq_announce = 0;
         fk_info("net", "every replica knows sequencer session %u", session);
