@@ -161,16 +161,18 @@ static void connect_peers(struct srv_net *net)
 
 /* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
  * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
- * each way); kv.oum: 32 segments of 16 fragments per client (256 KiB: a
+ * each way); kv.oum: 32 segments of 32 fragments per client (256 KiB: a
  * bandwidth-mode source reads the consumed counter once half its ring is
  * in flight, one read per 16 segments here; with 8 segments, one per 4
- * and 5% less throughput). */
+ * and 5% less throughput). A kv.oum segment is one fetch-and-add at the
+ * sequencer, which the client waits for: 32 requests to a segment, half
+ * a pipelined client's burst of 64 (fkc_proto.h, FKC_OUM_TUPLE). */
 #define SRV_NET_SEGS      32
 #define SRV_NET_PEER_SEG  (8 * FKC_PEER_TUPLE)
 #define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
 #define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
 #define SRV_NET_OUM_SEGS  32
-#define SRV_NET_OUM_SEG   (16 * FKC_OUM_TUPLE)
+#define SRV_NET_OUM_SEG   (32 * FKC_OUM_TUPLE)
 
 /* The target index of replica `member` on replica `home`'s kv.bcast.<home>:
  * the targets are the other replicas in id order. */
