@@ -318,7 +318,7 @@ struct flow__footer *flow__footer_of(const flow_target *t, uint8_t *seg);
 /* ---- flow_order.c ---- */
 int flow__order_init(flow_target *t);
 void flow__order_free(flow_target *t);
-int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline);
+int flow__order_next(flow_target *t, struct flow_item *item);
 int flow__comb_result(flow_target *t, const void **rows, uint64_t deadline);
 
 /* ---- flow_mcast.c ---- */

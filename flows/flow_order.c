@@ -88,10 +88,9 @@ static void scan_heads(flow_target *t, struct scan *sc)
     }
 }
 
-int flow__order_next(flow_target *t, struct flow_item *item, uint64_t deadline)
+int flow__order_next(flow_target *t, struct flow_item *item)
 {
     struct flow__order *o = t->order;
-    (void)deadline;
     if (t->release_slot >= 0) {
         flow__release_head(t, (uint32_t)t->release_slot);
         t->release_slot = -1;

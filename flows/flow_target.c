@@ -280,13 +280,7 @@ int flow_consume(flow_target *t, struct flow_item *item, uint64_t timeout_ns)
     uint64_t deadline = 0;
     for (;;) {
         t->bell = fab_node_doorbell(flow__fab(t->node));
-        int rc = FK_EAGAIN;
-        if (t->order == NULL)
-            rc = flow__ring_next(t, item);
-        else if (deadline == 0)
-            rc = flow__order_next(t, item, fk_now_ns() + timeout_ns);
-        else
-            rc = flow__order_next(t, item, deadline);
+        int rc = t->order == NULL ? flow__ring_next(t, item) : flow__order_next(t, item);
         if (rc != FK_EAGAIN)
             return rc;
         if (deadline == 0)
