@@ -18,12 +18,18 @@
  * Durability (kv_store_opts.durability):
  *   FK_DURABLE_SYNC   commit returns after fsync: durable before the replica
  *                     acknowledges anything that depends on it.
- *   FK_DURABLE_ASYNC  MDB_NOSYNC: commit returns after the write reaches the
- *                     page cache. A killed process loses nothing; a machine
- *                     crash may lose the last commits (never corrupts the
- *                     file on a filesystem that keeps write order, see
- *                     lmdb.h MDB_NOSYNC); replication is the safety net.
- *                     kv_store_sync() flushes explicitly.
+ *   FK_DURABLE_ASYNC  MDB_NOSYNC | MDB_WRITEMAP: commit returns once the
+ *                     writes are in the page cache (a writable map: no
+ *                     page copies). A killed process loses nothing. After a
+ *                     machine crash the file may be torn (lmdb.h), so the
+ *                     store keeps a mark (KV_STORE_MARK, the boot id) while
+ *                     it is open unsynced; opened in a later boot with the
+ *                     mark still there, it is discarded (logged) and opens
+ *                     empty: the replica recovers from the others, as after
+ *                     a lost disk. Replication is the safety net: a machine
+ *                     crash that takes a majority of the replicas loses the
+ *                     group. kv_store_sync() flushes explicitly; a clean
+ *                     kv_store_close() syncs and removes the mark.
  *
  * Errors: FK_EFULL when the map is full (the write transaction is aborted;
  * everything committed before is intact and the store stays usable; raise
@@ -45,6 +51,10 @@
 
 /* Default map size: the most the data file may grow to (sparse until used). */
 #define KV_STORE_MAP_DEFAULT (1ULL << 30)
+/* The async-mode boot mark in the store's directory (above), and the
+ * longest directory path plus a file name. */
+#define KV_STORE_MARK     "async.boot"
+#define KV_STORE_PATH_MAX 4096
 /* LMDB's compiled-in key limit (mdb_env_get_maxkeysize) is 511 bytes. */
 #define KV_STORE_KEY_MAX 511
 

@@ -265,6 +265,71 @@ TEST(store_survives_kill_9_with_every_acknowledged_commit)
     remove_dir();
 }
 
+/* Async mode writes through a writable map without fsync: a process that
+ * dies keeps every commit (the page cache has it), a machine that goes down
+ * may leave a torn file, so a store still marked by another boot is
+ * discarded and opens empty (kv_store.h). The machine crash is simulated by
+ * rewriting the mark with another boot id. */
+static void async_commit_and_die(uint64_t entries)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct kv_store_opts o = {.dir = dir, .durability = FK_DURABLE_ASYNC};
+        struct kv_store *s = NULL;
+        if (kv_store_open(&o, &s) < 0 || kv_write_begin(s) < 0)
+            _exit(2);
+        for (uint64_t i = 1; i <= entries; i++)
+            if (kv_log_put(s, i, &i, sizeof i) < 0)
+                _exit(3);
+        _exit(kv_write_commit(s) < 0 ? 4 : 0); /* no close: the mark stays */
+    }
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static uint64_t log_last(struct kv_store *s)
+{
+    uint64_t first = 0, last = 0;
+    int rc = kv_log_bounds(s, &first, &last);
+    CHECK(rc == 0 || rc == FK_ENOTFOUND);
+    return rc == 0 ? last : 0;
+}
+
+TEST(store_async_mark_discards_a_store_torn_by_a_machine_crash)
+{
+    make_dir();
+    char mark[128];
+    snprintf(mark, sizeof mark, "%s/%s", dir, KV_STORE_MARK);
+    /* The process died in this boot: every commit is there. */
+    async_commit_and_die(50);
+    CHECK(access(mark, F_OK) == 0);
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    CHECK_EQ_U64(log_last(s), 50);
+    kv_store_close(s);
+    CHECK_MSG(access(mark, F_OK) != 0, "a clean close removes the mark");
+    /* Closed cleanly, then opened in another boot: kept. */
+    s = open_store(0, FK_DURABLE_SYNC);
+    CHECK_EQ_U64(log_last(s), 50);
+    kv_store_close(s);
+    /* Died unsynced, and the machine went down: discarded, whichever mode
+     * opens it next, and usable at once. */
+    async_commit_and_die(60);
+    FILE *f = fopen(mark, "w");
+    CHECK(f != NULL);
+    fputs("00000000-0000-0000-0000-000000000000\n", f);
+    fclose(f);
+    s = open_store(0, FK_DURABLE_SYNC);
+    CHECK_EQ_U64(log_last(s), 0);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_log_put(s, 1, "x", 1));
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+    CHECK(access(mark, F_OK) != 0);
+    remove_dir();
+}
+
 TEST(store_rejects_a_directory_that_is_not_lmdb)
 {
     make_dir();
