@@ -7,7 +7,10 @@
  *   [cluster]
  *   protocol   = nopaxos          ; nopaxos | multipaxos
  *   durability = sync             ; sync: durable in LMDB before acknowledging
- *                                 ; async: acknowledged on replication alone
+ *                                 ; async: acknowledged on replication alone;
+ *                                 ; a replica whose machine crashed restarts
+ *                                 ; empty and recovers from the others
+ *                                 ; (server/kv_store.h, the boot mark)
  *   token      = 3f9c...          ; shared secret, 16..127 printable chars
  *   ; token_file = /etc/flowkv/token   (instead of token; first line is used)
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
