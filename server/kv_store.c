@@ -6,10 +6,10 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <lmdb.h>
-#include <stdlib.h>
 #include <fcntl.h>
+#include <lmdb.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -194,6 +194,11 @@ int kv_store_open(const struct kv_store_opts *opts, struct kv_store **out)
         free(s);
         return rc;
     }
+    /* Sync mode after an async run that died in this boot: once synced, the
+     * file is whole on disk and a later machine crash cannot tear it. */
+    if (opts->durability == FK_DURABLE_SYNC && access(mark, F_OK) == 0 &&
+        mdb_env_sync(s->env, 1) == 0)
+        unlink(mark);
     *out = s;
     return 0;
 }

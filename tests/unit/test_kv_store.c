@@ -309,9 +309,15 @@ TEST(store_async_mark_discards_a_store_torn_by_a_machine_crash)
     CHECK_EQ_U64(log_last(s), 50);
     kv_store_close(s);
     CHECK_MSG(access(mark, F_OK) != 0, "a clean close removes the mark");
-    /* Closed cleanly, then opened in another boot: kept. */
+    /* Opened in sync mode after such a death: synced at once, unmarked. */
+    async_commit_and_die(55);
     s = open_store(0, FK_DURABLE_SYNC);
-    CHECK_EQ_U64(log_last(s), 50);
+    CHECK_MSG(access(mark, F_OK) != 0, "a sync open syncs and removes the mark");
+    CHECK_EQ_U64(log_last(s), 55);
+    kv_store_close(s);
+    /* Closed cleanly: no mark, so kept in any later boot. */
+    s = open_store(0, FK_DURABLE_SYNC);
+    CHECK_EQ_U64(log_last(s), 55);
     kv_store_close(s);
     /* Died unsynced, and the machine went down: discarded, whichever mode
      * opens it next, and usable at once. */
