@@ -46,7 +46,7 @@
 #define FLOWKV_KEY_MAX      64
 #define FLOWKV_VAL_MAX      1024
 #define FLOWKV_SCAN_MAX     16
-#define FLOWKV_PIPELINE_MAX 64
+#define FLOWKV_PIPELINE_MAX 128
 #define FLOWKV_RESULT_MAX   8192 /* bytes of a get value or scan pairs */
 
 typedef struct flowkv flowkv;

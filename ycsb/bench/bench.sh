@@ -17,8 +17,8 @@
 # own (ycsb/bench/flowkv-cluster.sh, stopped after each):
 #   1. load the records;
 #   2. closed loop, SECONDS (5) per run, for each "threads:pipeline" in
-#      CLOSED ("1:16 1:64");
-#   3. open loop with OPEN_THREADS:OPEN_PIPELINE (1:64) at -target
+#      CLOSED ("1:16 1:64 1:128");
+#   3. open loop with OPEN_THREADS:OPEN_PIPELINE (1:128) at -target
 #      SWEEP_START (250) ops/s, doubling up to SWEEP_FINE_FROM (32,000),
 #      then in steps of SWEEP_FINE_STEP (8,000), until a run falls short
 #      of 95% of its target (saturation); the fine steps give both
@@ -26,7 +26,14 @@
 #      compares them. A sweep that saturates below SWEEP_FINE_FROM runs
 #      once more at 1.5 x the last load it sustained. Latency is measured
 #      from each operation's intended start (coordinated omission), so
-#      queueing past saturation shows.
+#      queueing past saturation shows. 128 in flight: an open-loop
+#      client holds at most threads x pipeline requests, so with 64 a
+#      load of 64,000 ops/s already queued in the client once latency
+#      passed 1 ms (Little's law), and the run measured the client's
+#      window rather than the cluster (Multi-Paxos at 64k: p95 118 ms
+#      with 64 in flight, 5 ms with 128). One handle, as the closed loop:
+#      a second one (2:64) splits the NOPaxos client's bursts and doubles
+#      its fetch-and-adds and writes per operation.
 # The peak is the highest throughput of a run (closed or open loop) in
 # which every operation returned OK. Then both protocols with 3 replicas in
 # `sync` durability (every acknowledged write fsynced in LMDB first, as etcd
@@ -37,8 +44,8 @@
 #
 # Few client handles with deep pipelines: a cluster serves at most 16
 # client handles per replica (FKC_REPLY_MAX) and remembers 128 sessions
-# (one per pipeline slot), so one thread with 64 requests in flight drives
-# it harder than many threads could.
+# (one per pipeline slot), so one thread with 128 requests in flight
+# drives it harder than many threads could.
 #
 # Writes under DIR (build/bench): results.csv
 #   system,protocol,replicas,offered,achieved,p50,p95,p99
@@ -56,9 +63,9 @@ out=$root/build/bench
 records=5000
 secs=5
 fractions="0.1 0.25 0.5 0.75 0.9 1.0 1.2" # etcd's open-loop sweep, x its peak
-CLOSED="1:16 1:64"                           # flowkv closed loop: threads:pipeline
+CLOSED="1:16 1:64 1:128"                     # flowkv closed loop: threads:pipeline
 OPEN_THREADS=1
-OPEN_PIPELINE=64
+OPEN_PIPELINE=128
 SWEEP_START=250
 SWEEP_FINE_FROM=32000
 SWEEP_FINE_STEP=8000
