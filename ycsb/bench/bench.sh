@@ -77,7 +77,7 @@ while getopts "o:r:s:f:" opt; do
     s) secs=$OPTARG ;;
     f) fractions=$OPTARG ;;
     *)
-        sed -n '2,51p' "$0"
+        sed -n '2,58p' "$0"
         exit 2
         ;;
     esac
