@@ -23,7 +23,7 @@ struct kv_store {
     MDB_txn *wtxn; /* the open write transaction, or NULL */
     MDB_txn *rtxn; /* a read transaction kept reset between reads */
     enum fk_durability durability;
-    char mark[KV_STORE_PATH_MAX]; /* the boot mark (below), or "" */
+    char mark[KV_STORE_PATH_MAX]; /* the boot mark's path (below) */
 };
 
 /* Maps an LMDB result to a flowkv code, logging what is not routine. */
@@ -148,6 +148,14 @@ static int kv__write_mark(const char *mark)
     return rc;
 }
 
+/* Syncs the environment; once that worked, whatever async mode wrote is
+ * whole on disk, a machine crash can no longer tear it, and the mark goes. */
+static void kv__sync_unmark(struct kv_store *s)
+{
+    if (mdb_env_sync(s->env, 1) == 0)
+        unlink(s->mark);
+}
+
 int kv_store_open(const struct kv_store_opts *opts, struct kv_store **out)
 {
     if (opts == NULL || out == NULL || opts->dir == NULL || opts->dir[0] == '\0')
@@ -194,11 +202,9 @@ int kv_store_open(const struct kv_store_opts *opts, struct kv_store **out)
         free(s);
         return rc;
     }
-    /* Sync mode after an async run that died in this boot: once synced, the
-     * file is whole on disk and a later machine crash cannot tear it. */
-    if (opts->durability == FK_DURABLE_SYNC && access(mark, F_OK) == 0 &&
-        mdb_env_sync(s->env, 1) == 0)
-        unlink(mark);
+    /* Sync mode after an async run that died in this boot. */
+    if (opts->durability == FK_DURABLE_SYNC && access(mark, F_OK) == 0)
+        kv__sync_unmark(s);
     *out = s;
     return 0;
 }
@@ -209,9 +215,7 @@ void kv_store_close(struct kv_store *s)
         return;
     kv_write_abort(s);
     mdb_txn_abort(s->rtxn);
-    /* Synced: whatever async mode wrote is on disk, and the mark can go. */
-    if (mdb_env_sync(s->env, 1) == 0)
-        unlink(s->mark);
+    kv__sync_unmark(s);
     mdb_env_close(s->env);
     free(s);
 }
