@@ -23,6 +23,7 @@
 #include "nop.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,8 +234,15 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
         flowkv_close(kv);
         return kv->n > CONS_REPLICAS_MAX ? FK_EINVAL : FK_ENOMEM;
     }
-    for (uint32_t s = 0; s < kv->pipeline; s++)
-        kv->slots[s].client_id = random_id();
+    /* Each slot is a client of its own (at most one request in flight, as
+     * the consensus client table wants); its index rides in the low bits
+     * so that a reply finds its slot without a search (slot_of). */
+    for (uint32_t s = 0; s < kv->pipeline; s++) {
+        uint64_t high = 0;
+        while (high == 0)
+            high = random_id() & ~(uint64_t)(FLOWKV_PIPELINE_MAX - 1);
+        kv->slots[s].client_id = high | s;
+    }
     char ip[64];
     if (o.bind != NULL)
         snprintf(ip, sizeof(ip), "%s", o.bind);
@@ -458,17 +466,25 @@ int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
 
 /* ---- receiving -------------------------------------------------------------------- */
 
+_Static_assert((FLOWKV_PIPELINE_MAX & (FLOWKV_PIPELINE_MAX - 1)) == 0,
+               "a slot's index is the low bits of its client id");
+
 static struct slot *slot_of(flowkv *kv, uint64_t client_id)
 {
-    for (uint32_t i = 0; i < kv->pipeline; i++)
-        if (kv->slots[i].busy && !kv->slots[i].done && kv->slots[i].client_id == client_id)
-            return &kv->slots[i];
-    return NULL;
+    uint32_t i = (uint32_t)(client_id & (FLOWKV_PIPELINE_MAX - 1));
+    if (i >= kv->pipeline)
+        return NULL;
+    struct slot *s = &kv->slots[i];
+    return s->busy && !s->done && s->client_id == client_id ? s : NULL;
 }
 
+/* Keeps the reply's used bytes: a cons_reply is ~8 KiB, a GET's value
+ * ~100 B. */
 static void finish(struct slot *s, const struct cons_reply *rep)
 {
-    s->res = *rep;
+    assert(rep->len <= sizeof(rep->data));
+    memcpy(&s->res, rep, offsetof(struct cons_reply, data));
+    memcpy(s->res.data, rep->data, rep->len);
     s->done = 1;
 }
 

@@ -46,10 +46,12 @@
  *    quarter of its log ring lies behind the last checkpoint; a leader,
  *    which executes ahead of the commit point, serialises its state at the
  *    slot it executed then and makes it its checkpoint once that slot
- *    commits (it pauses taking new messages only at half a ring, when a
- *    follower is that far behind).
- *    A follower that lacks compacted slots receives the leader's checkpoint
- *    (STATE); view change, START-VIEW and recovery messages carry the
+ *    commits (it pauses taking new messages only at half a ring, when f
+ *    followers are that far behind).
+ *    A follower behind the leader's checkpoint is confirmed by the hashes
+ *    of the committed history (the last log_cap compacted slots) and gets
+ *    entries the ring still holds; only one a whole ring behind receives
+ *    the leader's checkpoint (STATE). View change, START-VIEW and recovery messages carry the
  *    sender's checkpoint and its log after it. A replica whose executed
  *    entries differ from a new view's log rolls back to its checkpoint and
  *    re-executes.

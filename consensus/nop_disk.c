@@ -232,7 +232,7 @@ int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len)
         return 0; /* inside the checkpoint already */
     if (slot > r->snap + r->cfg.log_cap)
         return FK_EINVAL;
-    *nop__ent(r, slot) = e;
+    nop__entry_copy(nop__ent(r, slot), &e);
     /* Until start executes them, the signature slot marks a restored
      * entry with its own index (exec_sig starts zeroed, nop_create). */
     *nop__sig(r, slot) = slot;

@@ -66,6 +66,18 @@ struct nop_entry {
     struct cons_op op;
 };
 
+/* The committed history: the slot and entry hash of each of the last
+ * log_cap slots compacted into a checkpoint, at (slot - 1) % log_cap. With
+ * it a leader confirms, by hashes, the log of a follower that fell behind
+ * its checkpoint, and sends it entries that its ring still holds (the slot
+ * is not reused before log_len passes slot + log_cap), instead of the
+ * whole checkpoint (send_sync). A follower a few milliseconds behind on a
+ * busy machine used to get state transfers over and over: each one
+ * cost it more time than it was behind. */
+struct nop_hist {
+    uint64_t slot, hash;
+};
+
 struct nop_oum {
     uint8_t kind; /* 0 empty, NOP_OUM_REQ, NOP_OUM_DROP or NOP_OUM_FILL */
     uint64_t msgnum;
@@ -99,7 +111,8 @@ struct nop {
      * lives at (i - 1) % log_cap. Slots <= snap are compacted into the
      * checkpoint: the state after executing them, always committed. */
     struct nop_entry *log;
-    uint64_t *exec_sig; /* hash of each entry as executed, to detect rollbacks */
+    uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
+    struct nop_hist *hist; /* committed history, log_cap rows */
     uint64_t snap, log_len, sess_start, executed, commit, synced;
     uint8_t *cp; /* checkpoint blob at snap */
     size_t cp_len, cp_cap;
@@ -209,10 +222,25 @@ static inline struct nop_entry *nop__ent(const struct nop *r, uint64_t slot)
     return &r->log[(slot - 1) % r->cfg.log_cap];
 }
 
+/* Copies an entry's used bytes (a NO-OP's op is never read). */
+static inline void nop__entry_copy(struct nop_entry *dst, const struct nop_entry *src)
+{
+    dst->kind = src->kind;
+    if (src->kind == NOP_ENT_REQ)
+        cons_op_copy(&dst->op, &src->op);
+}
+
 static inline uint64_t *nop__sig(const struct nop *r, uint64_t slot)
 {
     return &r->exec_sig[(slot - 1) % r->cfg.log_cap];
 }
+
+/* The hash of committed slot `slot` <= snap from the history: 1, or 0 when
+ * the history no longer (or never) held it. */
+int nop__hist_hash(const struct nop *r, uint64_t slot, uint64_t *hash);
+/* 1 when the ring still holds committed slot `slot` <= snap (its entry's
+ * hash is the history's), so that it may be sent. */
+int nop__hist_entry(const struct nop *r, uint64_t slot);
 
 /* nop_msg.c */
 int nop__decode(const uint8_t *buf, size_t len, struct nop_msg *m, struct cons_op *op);

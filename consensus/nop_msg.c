@@ -185,7 +185,8 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
     assert(lo >= 1 && (hi < lo || hi <= r->log_len));
     cons_w_u64(w, lo);
     cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
-    assert(hi < lo || lo > r->snap);
+    for (uint64_t i = lo; i <= hi && i <= r->snap; i++)
+        assert(nop__hist_entry(r, i)); /* below the checkpoint: still in the ring */
     for (uint64_t i = lo; i <= hi; i++) {
         const struct nop_entry *e = nop__ent(r, i);
         assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);

@@ -153,9 +153,9 @@ static int merge_vc(struct nop *r, const struct nop_msg *m)
         if (i <= r->commit || i > r->log_len + 1)
             continue;
         if (i == r->log_len + 1)
-            *nop__ent(r, ++r->log_len) = e;
+            nop__entry_copy(nop__ent(r, ++r->log_len), &e);
         else if (cmp > 0 || e.kind == NOP_ENT_NOOP)
-            *nop__ent(r, i) = e;
+            nop__entry_copy(nop__ent(r, i), &e);
         else
             continue;
         nop__touch(r, i);
@@ -200,7 +200,7 @@ void nop__on_start_view(struct nop *r, const struct nop_msg *m)
     for (uint64_t i = m->lo; i <= end; i++) {
         nop__entry_next(&rd, &e);
         if (i > r->snap) {
-            *nop__ent(r, i) = e;
+            nop__entry_copy(nop__ent(r, i), &e);
             nop__touch(r, i);
         }
     }
