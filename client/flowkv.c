@@ -98,6 +98,19 @@ static uint64_t random_id(void)
     return v;
 }
 
+/* Each slot is a client of its own (at most one request in flight, as the
+ * consensus client table wants), numbering its requests from 1; its index
+ * rides in the low bits of its id so that a reply finds its slot without
+ * a search (slot_of). */
+static void new_session(struct slot *sl, uint32_t index)
+{
+    uint64_t high = 0;
+    while (high == 0)
+        high = random_id() & ~(uint64_t)(FLOWKV_PIPELINE_MAX - 1);
+    sl->client_id = high | index;
+    sl->req_no = 0;
+}
+
 /* The local address replicas reach us at: the one the kernel would use
  * to reach the first replica (no packet is sent by a UDP connect). */
 static void local_ip(const char *peer_ip, char *out, size_t cap)
@@ -235,15 +248,8 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
         flowkv_close(kv);
         return kv->n > CONS_REPLICAS_MAX ? FK_EINVAL : FK_ENOMEM;
     }
-    /* Each slot is a client of its own (at most one request in flight, as
-     * the consensus client table wants); its index rides in the low bits
-     * so that a reply finds its slot without a search (slot_of). */
-    for (uint32_t s = 0; s < kv->pipeline; s++) {
-        uint64_t high = 0;
-        while (high == 0)
-            high = random_id() & ~(uint64_t)(FLOWKV_PIPELINE_MAX - 1);
-        kv->slots[s].client_id = high | s;
-    }
+    for (uint32_t s = 0; s < kv->pipeline; s++)
+        new_session(&kv->slots[s], s);
     char ip[64];
     if (o.bind != NULL)
         snprintf(ip, sizeof(ip), "%s", o.bind);
@@ -552,6 +558,12 @@ static void timers(flowkv *kv, uint64_t now)
             struct cons_reply rep = {
                 .client_id = s->client_id, .req_no = s->req_no, .status = FK_ETIMEDOUT};
             finish(s, &rep);
+            /* The slot's next request opens a new session: if this one was
+             * never applied and was its session's first, every later one
+             * would be refused as expired (cons_apply_once), and a handle
+             * whose first request timed out, as under the fault suite's 5%
+             * loss, never served again on that slot. */
+            new_session(s, i);
         } else if (now >= s->resend_at) {
             send_slot(kv, s);
         }
