@@ -636,11 +636,16 @@ static int needs_state(const struct nop *r, uint32_t p)
     return lo <= r->snap && n == 0;
 }
 
-static void send_sync(struct nop *r, uint32_t p)
+/* state_ok 0: a follower that needs the checkpoint gets nothing now (the
+ * eager path leaves it to the heartbeat). */
+static void send_sync(struct nop *r, uint32_t p, int state_ok)
 {
     struct cons_wbuf w;
+    int state = needs_state(r, p);
+    if (state && !state_ok)
+        return;
     r->sync_out[p] = 1;
-    if (needs_state(r, p)) {
+    if (state) {
         /* What it lacks was compacted: state transfer from the checkpoint. */
         nop__begin(r, &w, NOP_STATE, nop__pack(r->view));
         cons_w_u64(&w, r->sess_start);
@@ -688,9 +693,8 @@ static void sync_eager(struct nop *r)
     if (r->log_len - r->snap >= r->cfg.log_cap / 4)
         behind = 1; /* due for a checkpoint: it waits for f+1 */
     for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id && !r->sync_out[p] && r->log_len - r->acked[p] >= behind &&
-            !needs_state(r, p))
-            send_sync(r, p);
+        if (p != r->cfg.id && !r->sync_out[p] && r->log_len - r->acked[p] >= behind)
+            send_sync(r, p, 0);
     }
 }
 
@@ -854,7 +858,7 @@ static void tick(struct nop *r)
                 if (r->acked[p] == r->hb_acked[p] && r->acked[p] < r->log_len)
                     r->need_full[p] = 1; /* stuck on hashes: send entries */
                 r->hb_acked[p] = r->acked[p];
-                send_sync(r, p);
+                send_sync(r, p, 1);
             }
             if (r->gap_slot)
                 send_gap_commits(r);

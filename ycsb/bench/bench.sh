@@ -289,26 +289,28 @@ sustained multipaxos >"$tmp/mp.sus"
 echo "p95 at the highest sustained load (3 replicas): nopaxos $(tail -n 1 "$tmp/np.sus" |
     awk '{ print $2 " us at " $1 " ops/s" }'), multipaxos $(tail -n 1 "$tmp/mp.sus" |
     awk '{ print $2 " us at " $1 " ops/s" }')"
-awk 'NR == FNR { np[$1] = $2; next } $1 in np {
-    printf "p95 at %s ops/s offered: nopaxos %s us, multipaxos %s us\n", $1, np[$1], $2 }' \
-    "$tmp/np.sus" "$tmp/mp.sus"
-awk 'NR == FNR { np[$1] = $2; next } $1 in np { o = $1; a = np[$1]; b = $2 }
+# "offered nopaxos-p95 multipaxos-p95" at each load both sustained, ascending.
+awk 'NR == FNR { np[$1] = $2; next } $1 in np { print $1, np[$1], $2 }' \
+    "$tmp/np.sus" "$tmp/mp.sus" >"$tmp/both.sus"
+awk '{ printf "p95 at %s ops/s offered: nopaxos %s us, multipaxos %s us\n", $1, $2, $3 }' \
+    "$tmp/both.sus"
+awk '{ o = $1; a = $2; b = $3 }
     END { if (o == "") print "p95 near saturation: no load sustained by both protocols";
           else printf "p95 near saturation (the highest load both sustained, %s ops/s): nopaxos %s us, multipaxos %s us: %s\n",
               o, a, b, (a + 0 < b + 0) ? "nopaxos lower" : "multipaxos lower or equal" }' \
-    "$tmp/np.sus" "$tmp/mp.sus"
+    "$tmp/both.sus"
 # One 5-second run per load is a noisy sample near the knee (a single
 # stall of tens of ms sets a run's p95): also over the region, the loads
 # both sustained within NEAR_SAT_PCT of that highest one, as the geometric
 # mean of the ratio of the two p95s.
-awk -v pct="$NEAR_SAT_PCT" 'NR == FNR { np[$1] = $2; next }
-    $1 in np { n++; load[n] = $1; a[n] = np[$1]; b[n] = $2; if ($1 + 0 > top) top = $1 + 0 }
+awk -v pct="$NEAR_SAT_PCT" '{ n++; load[n] = $1; a[n] = $2; b[n] = $3; top = $1 + 0 }
     END { if (n == 0) exit
           for (i = 1; i <= n; i++) {
               if (load[i] < top * (100 - pct) / 100 || a[i] <= 0 || b[i] <= 0) continue
               k++; s += log(a[i] / b[i]); w += (a[i] + 0 < b[i] + 0); lo = (lo == "" || load[i] < lo) ? load[i] : lo }
+          if (k == 0) exit
           g = exp(s / k)
           printf "p95 near saturation, the %d loads both sustained from %s to %s ops/s: nopaxos/multipaxos %.2f (geometric mean), nopaxos lower at %d of %d: %s\n",
               k, lo, top, g, w, k, g < 1 ? "nopaxos lower" : "multipaxos lower or equal" }' \
-    "$tmp/np.sus" "$tmp/mp.sus"
+    "$tmp/both.sus"
 echo "bench: flowkv_nopaxos_peak=$np3 flowkv_multipaxos_peak=$mp3 etcd_peak=$etcd"
