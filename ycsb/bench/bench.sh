@@ -39,7 +39,7 @@
 # saturation at the highest load both protocols sustained, and over the
 # loads both sustained within NEAR_SAT_PCT (20%) below it (geometric mean
 # of the ratio): one 5-second run is a noisy sample there, so the region
-# is run NEAR_SAT_REPEATS (2) more times per protocol, both clusters up at
+# is run NEAR_SAT_REPEATS (4) more times per protocol, both clusters up at
 # once and their runs alternated, and the summary also compares the
 # median p95 at each load of the region. Then both protocols with 3 replicas in
 # `sync` durability (every acknowledged write fsynced in LMDB first, as etcd
@@ -63,7 +63,7 @@
 #   bench: flowkv_nopaxos_peak=<ops/s> flowkv_multipaxos_peak=<ops/s> etcd_peak=<ops/s>
 # A run with any return code but OK is kept in results.csv but flagged on
 # stderr and never counted as a peak. Every run is bounded by timeout; the
-# clusters are stopped on exit, whatever happens. About 8 to 11 minutes.
+# clusters are stopped on exit, whatever happens. About 9 to 12 minutes.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -79,7 +79,7 @@ SWEEP_FINE_FROM=32000
 SWEEP_FINE_STEP=8000
 SWEEP_STEPS=24
 NEAR_SAT_PCT=20     # the summary's near-saturation region: loads within this % below the top
-NEAR_SAT_REPEATS=2 # more runs of each protocol at each load of that region (near_saturation)
+NEAR_SAT_REPEATS=4 # more runs of each protocol at each load of that region (near_saturation)
 while getopts "o:r:s:f:" opt; do
     case $opt in
     o) out=$OPTARG ;;
@@ -403,4 +403,8 @@ awk '$2 > 0 && $3 > 0 { k++; s += log($2 / $3); w += ($2 + 0 < $3 + 0)
           printf "p95 near saturation, medians of at least %d runs at the %d loads from %s to %s ops/s: nopaxos/multipaxos %.2f (geometric mean), nopaxos lower at %d of %d: %s\n",
               r, k, lo, top, g, w, k, g < 1 ? "nopaxos lower" : "multipaxos lower or equal" }' \
     "$tmp/near.med"
+awk -F, 'NR > 1 { k = $1 SUBSEP $3; if ($2 == "nopaxos") a[k] = $6; else b[k] = $6 }
+    END { for (k in a) if (k in b) { n++; w += (a[k] + 0 < b[k] + 0) }
+          if (n > 0) printf "p95 near saturation, run by run (same round and load): nopaxos lower in %d of %d\n", w, n }' \
+    "$out/near-saturation.csv"
 echo "bench: flowkv_nopaxos_peak=$np3 flowkv_multipaxos_peak=$mp3 etcd_peak=$etcd"
