@@ -23,7 +23,6 @@
 #include "nop.h"
 
 #include <arpa/inet.h>
-#include <assert.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -485,13 +484,9 @@ static struct slot *slot_of(flowkv *kv, uint64_t client_id)
     return s->busy && !s->done && s->client_id == client_id ? s : NULL;
 }
 
-/* Keeps the reply's used bytes: a cons_reply is ~8 KiB, a GET's value
- * ~100 B. */
 static void finish(struct slot *s, const struct cons_reply *rep)
 {
-    assert(rep->len <= sizeof(rep->data));
-    memcpy(&s->res, rep, offsetof(struct cons_reply, data));
-    memcpy(s->res.data, rep->data, rep->len);
+    cons_reply_copy(&s->res, rep);
     s->done = 1;
 }
 

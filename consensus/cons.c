@@ -70,7 +70,7 @@ struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id)
 static void row_copy(struct cons_ctab_row *dst, const struct cons_reply *reply)
 {
     dst->client_id = reply->client_id;
-    memcpy(&dst->reply, reply, offsetof(struct cons_reply, data) + reply->len);
+    cons_reply_copy(&dst->reply, reply);
 }
 
 /* Empties slot i and shifts later rows of its probe run back into the hole
@@ -238,7 +238,7 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     if (row && op->req_no < row->reply.req_no)
         return 2;
     if (row && op->req_no == row->reply.req_no) {
-        memcpy(reply, &row->reply, offsetof(struct cons_reply, data) + row->reply.len);
+        cons_reply_copy(reply, &row->reply);
         return 1;
     }
     reply->client_id = op->client_id;

@@ -28,6 +28,7 @@
 #ifndef CONS_H
 #define CONS_H
 
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -100,6 +101,14 @@ struct cons_reply {
     uint32_t len;   /* bytes used in data */
     uint8_t data[CONS_REPLY_MAX];
 };
+
+/* Copies reply's used bytes to dst (a reply is ~8 KiB, a GET's value
+ * ~100 B), as cons_op_copy does for ops. */
+static inline void cons_reply_copy(struct cons_reply *dst, const struct cons_reply *src)
+{
+    assert(src->len <= CONS_REPLY_MAX);
+    memcpy(dst, src, offsetof(struct cons_reply, data) + src->len);
+}
 
 /* ---- the state machine the cores apply to ------------------------------
  * Deterministic: the same operations in the same order give the same

@@ -43,7 +43,7 @@ int nop_quorum_add(struct nop_quorum *q, uint32_t from, const uint8_t *buf, size
     q->cands[k].mask |= 1ull << from;
     if (has) {
         q->cands[k].have_result = 1;
-        memcpy(&q->cands[k].result, &rep, offsetof(struct cons_reply, data) + rep.len);
+        cons_reply_copy(&q->cands[k].result, &rep);
     }
     if (!q->cands[k].have_result || (uint32_t)__builtin_popcountll(q->cands[k].mask) < q->n / 2 + 1)
         return 0;
