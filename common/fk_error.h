@@ -48,7 +48,8 @@
     X(FK_EPROTO, 24, "protocol violation by peer")                                                 \
     X(FK_ESESSION, 25, "sequencer session changed")                                                \
     X(FK_EVERSION, 26, "incompatible version")                                                     \
-    X(FK_EEXPIRED, 27, "client session expired (evicted from the client table)")
+    X(FK_EEXPIRED, 27, "client session expired (evicted from the client table)")                   \
+    X(FK_EUNKEPT, 28, "reply not kept (a read logged without being executed)")
 
 enum fk_err {
 #define FK__ERR_ENUM(name, off, msg) name = FK_ERR_BASE - (off),
@@ -57,7 +58,7 @@ enum fk_err {
 };
 
 /* The lowest code in use; every FK_E* code is in [FK_ERR_LAST, FK_ERR_BASE]. */
-#define FK_ERR_LAST FK_EEXPIRED
+#define FK_ERR_LAST FK_EUNKEPT
 _Static_assert(FK_ERR_LAST > FK_ERR_BASE - 100, "flowkv error range overflows its 100 codes");
 
 /* Returns a human-readable message for err: an FK_E* code, a negated errno,

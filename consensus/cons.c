@@ -112,24 +112,34 @@ static uint32_t ctab_lru(const struct cons_ctab *t)
     return best;
 }
 
-int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply, uint64_t used)
+/* The slot of client_id's row, stamped `used`: a new row when it has none,
+ * after evicting the least recently used one when the table is full
+ * (*evicted = 1). */
+static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t used, int *evicted)
 {
-    assert(reply->client_id != 0 && reply->len <= CONS_REPLY_MAX);
-    uint32_t i = ctab_slot(t->keys, t->slots, reply->client_id);
-    int evicted = 0;
+    uint32_t i = ctab_slot(t->keys, t->slots, client_id);
+    *evicted = 0;
     if (t->keys[i].client_id == 0) {
         if (t->used >= t->cap) {
             ctab_remove(t, ctab_lru(t));
             t->used--;
             t->evicted++;
-            evicted = 1;
-            i = ctab_slot(t->keys, t->slots, reply->client_id); /* rows moved */
+            *evicted = 1;
+            i = ctab_slot(t->keys, t->slots, client_id); /* rows moved */
         }
         t->used++;
-        t->keys[i].client_id = reply->client_id;
+        t->keys[i].client_id = client_id;
     }
-    assert(t->used <= t->cap && t->keys[i].client_id == reply->client_id);
+    assert(t->used <= t->cap && t->keys[i].client_id == client_id);
     t->keys[i].used = used;
+    return i;
+}
+
+int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply, uint64_t used)
+{
+    assert(reply->client_id != 0 && reply->len <= CONS_REPLY_MAX);
+    int evicted;
+    uint32_t i = ctab_claim(t, reply->client_id, used, &evicted);
     row_copy(&t->rows[i], reply);
     return evicted;
 }
@@ -237,13 +247,24 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     struct cons_ctab_row *row = cons_ctab_find(t, op->client_id);
     if (row && op->req_no < row->reply.req_no)
         return 2;
-    if (row && op->req_no == row->reply.req_no) {
+    if (row && op->req_no == row->reply.req_no && row->reply.status != FK_EUNKEPT) {
         cons_reply_copy(reply, &row->reply);
         return 1;
     }
     reply->client_id = op->client_id;
     reply->req_no = op->req_no;
     reply->len = 0;
+    if (row && op->req_no == row->reply.req_no) {
+        /* Logged unexecuted (cons_log_read): a read is read again, here
+         * and now, which linearizes it within its retry; the table stays
+         * as it is on every replica. */
+        if (!cons_op_reads(op)) {
+            reply->status = FK_EEXPIRED;
+            return 1;
+        }
+        int rc = sm->ops->apply(sm->impl, op, reply);
+        return rc < 0 ? rc : 1;
+    }
     if (!row && op->req_no > 1) {
         /* Its row was evicted (cons.h): applying it could apply a request
          * twice. Deterministic on every replica: refused, not applied. */
@@ -255,6 +276,27 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
         return rc;
     assert(reply->len <= CONS_REPLY_MAX);
     cons_ctab_put(t, reply, ++t->ops);
+    return 0;
+}
+
+int cons_log_read(struct cons_ctab *t, const struct cons_op *op)
+{
+    assert(cons_op_reads(op) && op->client_id != 0);
+    struct cons_ctab_row *row = cons_ctab_find(t, op->client_id);
+    if (row && op->req_no < row->reply.req_no)
+        return 2;
+    if (row && op->req_no == row->reply.req_no)
+        return 1;
+    if (!row && op->req_no > 1)
+        return 0; /* FK_EEXPIRED at the leader: the table does not move */
+    int evicted;
+    uint32_t i = ctab_claim(t, op->client_id, ++t->ops, &evicted);
+    struct cons_ctab_row *r = &t->rows[i];
+    r->client_id = op->client_id;
+    r->reply.client_id = op->client_id;
+    r->reply.req_no = op->req_no;
+    r->reply.status = FK_EUNKEPT;
+    r->reply.len = 0;
     return 0;
 }
 

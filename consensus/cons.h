@@ -277,10 +277,29 @@ int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len);
  * applied (0) and its row stamped with ++t->ops (evicting the least
  * recently used row if the table is full). A request with req_no > 1 from a
  * client without a row is answered FK_EEXPIRED and not applied (returns 0;
- * see eviction above). reply is filled when the result is 0 or 1.
+ * see eviction above). A duplicate whose row holds no reply (FK_EUNKEPT,
+ * cons_log_read) is a read: it is read again, which changes neither the
+ * state nor the table, and answered (1); any other op under that number is
+ * answered FK_EEXPIRED. reply is filled when the result is 0 or 1.
  * Negative: the sm failed. */
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply);
+
+/* Whether op only reads (a get or a scan): applying it changes nothing. */
+static inline int cons_op_reads(const struct cons_op *op)
+{
+    return op->type == CONS_OP_GET || op->type == CONS_OP_SCAN;
+}
+
+/* For a replica that logs a read without executing it (a NOPaxos
+ * follower: only the leader executes in normal operation, Li et al., OSDI
+ * 2016, section 5.2.1). The table moves exactly as cons_apply_once would
+ * move it, so that every replica keeps the same rows, stamps and
+ * evictions, but the state machine is not consulted and the row's reply is
+ * FK_EUNKEPT; a retry of that read is read again (cons_apply_once). Same
+ * return values as cons_apply_once, without a reply. op must read
+ * (cons_op_reads). */
+int cons_log_read(struct cons_ctab *t, const struct cons_op *op);
 
 /* ---- outbox helpers for the cores --------------------------------------- */
 /* Resets the outbox for a new step. */

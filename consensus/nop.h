@@ -37,13 +37,20 @@
  *    log) and starts the view. A session change restarts message numbers.
  *  - Synchronization (5.2.4): the leader periodically brings followers'
  *    logs up to its own; a prefix held by f+1 replicas is committed, and
- *    followers execute only committed entries.
+ *    followers execute only committed entries, and of those only the
+ *    writes: a read changes no state, so a follower logs it in its client
+ *    table without a reply (cons_log_read), and a retry of it after a
+ *    view change is read again (cons_apply_once).
  *  - Recovery (5.3.2, after Viewstamped Replication): a replica that
  *    restarts asks all replicas under a nonce and rejoins with the log of
  *    the leader of the newest view among f+1 answers.
  *  - Log compaction and state transfer: a replica checkpoints its state
  *    (state machine snapshot + client table) at a committed slot once a
- *    quarter of its log ring lies behind the last checkpoint; a leader,
+ *    quarter of its log ring lies behind the last checkpoint. A follower
+ *    outside durable mode compacts then without serialising, and
+ *    serialises its (committed) state only when a checkpoint is needed:
+ *    for its disk, at most once a ring, or when a view change starts. A
+ *    leader,
  *    which executes ahead of the commit point, serialises its state at the
  *    slot it executed then and makes it its checkpoint once that slot
  *    commits (it pauses taking new messages only at half a ring, when f

@@ -146,6 +146,9 @@ void nop__persist(struct nop *r)
     int leads = r->pers_upto >= r->snap;
     int room = r->pers_upto < r->pers_snap + r->cfg.log_cap;
     if (r->snap > r->pers_snap && (!leads || !room)) {
+        nop__cp_fresh(r);
+        if (r->poisoned)
+            return;
         struct cons_wbuf w;
         nop__item_begin(r, &w);
         cons_w_bytes(&w, r->cp, r->cp_len);

@@ -114,8 +114,13 @@ struct nop {
     uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
     struct nop_hist *hist; /* committed history, log_cap rows */
     uint64_t snap, log_len, sess_start, executed, commit, synced;
-    uint8_t *cp; /* checkpoint blob at snap */
+    uint8_t *cp; /* checkpoint blob at snap, unless cp_due */
     size_t cp_len, cp_cap;
+    /* A follower compacts without serialising (maybe_checkpoint): cp_due
+     * says cp is older than snap, and nop__cp_fresh serialises the state
+     * (committed: a follower executes nothing else) when a checkpoint is
+     * needed, for the disk or a view change. */
+    int cp_due;
     /* A leader's next checkpoint, taken when it executed pcp_slot (not
      * committed yet) in view pcp_view; 0 = none (maybe_checkpoint). */
     uint8_t *pcp;
@@ -259,6 +264,10 @@ void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons
 uint32_t nop__leader_of(const struct nop *r, struct nop_view v);
 int nop__is_leader(const struct nop *r);
 void nop__execute_to(struct nop *r, uint64_t upto, int reply);
+/* Makes cp the checkpoint at snap again after a follower's lazy
+ * compaction (cp_due): serialises the state at the executed slot and
+ * compacts to it. Call before anything reads cp or pairs it with snap. */
+void nop__cp_fresh(struct nop *r);
 void nop__check_executed(struct nop *r);
 void nop__oum_clear(struct nop *r);
 /* Replaces the state with a checkpoint blob at `index` (framing validated

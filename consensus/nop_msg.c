@@ -198,6 +198,7 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
 
 void nop__put_checkpoint(struct nop *r, struct cons_wbuf *w)
 {
+    assert(!r->cp_due); /* nop__cp_fresh first: the caller pairs it with snap */
     cons_w_u32(w, (uint32_t)r->cp_len);
     cons_w_bytes(w, r->cp, r->cp_len);
 }

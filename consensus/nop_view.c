@@ -36,6 +36,7 @@ void nop__start_view_change(struct nop *r, struct nop_view v)
 {
     assert(r->status != NOP_RECOVERING);
     assert(v.leader_num >= r->view.leader_num && v.session >= r->view.session);
+    nop__cp_fresh(r); /* still a follower: its state is committed */
     r->view = v;
     r->status = NOP_VIEWCHANGE;
     r->vc_since = r->now;

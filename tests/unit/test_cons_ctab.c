@@ -3,7 +3,9 @@
  * client id); a random stream of requests leaves exactly the rows an
  * independent model keeps, on two tables and on one reloaded from a
  * snapshot midway; an evicted client's later request is refused with
- * FK_EEXPIRED; load rejects bad snapshots without touching the table.
+ * FK_EEXPIRED; a follower that logs reads unexecuted keeps the same rows,
+ * and a logged read is read again on retry; load rejects bad snapshots
+ * without touching the table.
  * Prints what an evicting apply costs beside an updating one. */
 #include "check.h"
 #include "cons.h"
@@ -188,6 +190,8 @@ TEST(random_stream_matches_model_and_reload)
         id[c] = ++fresh;
         next_req[c] = 1;
     }
+    static struct cons_ctab f; /* a follower's: it logs reads unexecuted */
+    CHECK_OK(cons_ctab_init(&f, CAP));
     uint64_t expired = 0;
     for (int k = 0; k < MODEL_OP; k++) {
         uint64_t c = rnd(CLIENTS);
@@ -204,6 +208,8 @@ TEST(random_stream_matches_model_and_reload)
         if (want == 0)
             CHECK_EQ_I64(rep.status, st);
         CHECK_EQ_I64(apply(&sm, &b, id[c], req), want);
+        struct cons_op op = get_op(id[c], req);
+        CHECK_EQ_I64(cons_log_read(&f, &op), want);
         if (st == FK_EEXPIRED) {
             expired++;
             id[c] = ++fresh;
@@ -219,12 +225,70 @@ TEST(random_stream_matches_model_and_reload)
     }
     same_as_model(&a, &m);
     same_as_model(&b, &m);
+    same_as_model(&f, &m);
+    CHECK_EQ_U64(f.evicted, a.evicted);
     CHECK(a.evicted > 100 && expired > 100);
     fprintf(stderr,
             "# %d requests from %d clients over %d rows: %llu evictions, %llu refused as expired\n",
             MODEL_OP, CLIENTS, CAP, (unsigned long long)a.evicted, (unsigned long long)expired);
     cons_ctab_free(&a);
     cons_ctab_free(&b);
+    cons_ctab_free(&f);
+    kv_mem_destroy(kv);
+}
+
+/* A follower logs a read without a reply (FK_EUNKEPT); when it leads and
+ * the client retries, the read is read again and the table stays as it
+ * is; another op under that number gets FK_EEXPIRED and changes nothing.
+ * The marker survives a snapshot. */
+TEST(logged_read_is_read_again_on_retry)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    static struct cons_ctab t, u;
+    static uint8_t snap[4 * (CONS_REPLY_MAX + 64)];
+    CHECK_OK(cons_ctab_init(&t, 4));
+    CHECK_OK(cons_ctab_init(&u, 4));
+    struct cons_op put = get_op(1, 1);
+    put.type = CONS_OP_PUT;
+    put.val_len = 2;
+    memcpy(put.val, "v1", 2);
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
+    struct cons_op get = get_op(7, 1);
+    CHECK_EQ_I64(cons_log_read(&t, &get), 0);
+    struct cons_ctab_row *row = cons_ctab_find(&t, 7);
+    CHECK(row != NULL);
+    CHECK_EQ_I64(row->reply.status, FK_EUNKEPT);
+    CHECK_EQ_U64(row->reply.req_no, 1);
+    CHECK_EQ_U64(t.ops, 2);
+    CHECK_EQ_I64(cons_log_read(&t, &get), 1); /* a duplicate */
+    CHECK_EQ_U64(t.ops, 2);
+    size_t len;
+    CHECK_OK(cons_ctab_save(&t, snap, sizeof snap, &len));
+    CHECK_OK(cons_ctab_load(&u, snap, len));
+    CHECK_EQ_I64(cons_ctab_find(&u, 7)->reply.status, FK_EUNKEPT);
+    memcpy(put.val, "v2", 2); /* written after the read's slot */
+    put.req_no = 2;
+    CHECK_EQ_I64(cons_apply_once(&sm, &u, &put, &rep), 0);
+    CHECK_EQ_U64(u.ops, 3);
+    CHECK_EQ_I64(cons_apply_once(&sm, &u, &get, &rep), 1);
+    CHECK_EQ_I64(rep.status, 0);
+    CHECK_EQ_U64(rep.req_no, 1);
+    CHECK_EQ_U64(rep.len, 2);
+    CHECK(memcmp(rep.data, "v2", 2) == 0); /* read now, within its retry */
+    CHECK_EQ_U64(u.ops, 3);
+    CHECK_EQ_I64(cons_ctab_find(&u, 7)->reply.status, FK_EUNKEPT);
+    struct cons_op del = get_op(7, 1);
+    del.type = CONS_OP_DEL; /* a client that reused the number */
+    CHECK_EQ_I64(cons_apply_once(&sm, &u, &del, &rep), 1);
+    CHECK_EQ_I64(rep.status, FK_EEXPIRED);
+    CHECK_EQ_I64(cons_apply_once(&sm, &u, &get, &rep), 1);
+    CHECK_EQ_I64(rep.status, 0); /* the key is still there */
+    CHECK_EQ_U64(u.ops, 3);
+    struct cons_op old = get_op(7, 0);
+    CHECK_EQ_I64(cons_apply_once(&sm, &u, &old, &rep), 2);
+    cons_ctab_free(&t);
+    cons_ctab_free(&u);
     kv_mem_destroy(kv);
 }
 
