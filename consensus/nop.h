@@ -50,11 +50,11 @@
  *    outside durable mode compacts then without serialising, and
  *    serialises its (committed) state only when a checkpoint is needed:
  *    for its disk, at most once a ring, or when a view change starts. A
- *    leader,
- *    which executes ahead of the commit point, serialises its state at the
- *    slot it executed then and makes it its checkpoint once that slot
- *    commits (it pauses taking new messages only at half a ring, when f
- *    followers are that far behind).
+ *    leader, which executes ahead of the commit point, serialises its
+ *    state at the slot it executed half a ring past its checkpoint and
+ *    makes it its checkpoint once that slot commits (it pauses taking new
+ *    messages only at three quarters of a ring, when f followers are that
+ *    far behind).
  *    A follower behind the leader's checkpoint is confirmed by the hashes
  *    of the committed history (the last log_cap compacted slots) and gets
  *    entries the ring still holds; only one a whole ring behind receives
@@ -161,7 +161,7 @@ struct nop_stat {
     uint32_t held;         /* durable mode: messages waiting for the disk */
     uint64_t held_dropped; /* durable mode: messages dropped, the held ring full */
     uint64_t syncs[3];     /* leader: syncs sent, by NOP_SYNC_KIND_* */
-    uint64_t stalls;       /* leader: times it stopped taking requests at half a ring */
+    uint64_t stalls;       /* leader: times it stopped taking requests (ring 3/4 full) */
 };
 
 struct nop;

@@ -19,11 +19,11 @@
  *    when no entry on disk leads from the one on disk to it (an
  *    installed checkpoint). Not at every checkpoint: a checkpoint is the
  *    whole state (about 500 KB with 5,000 YCSB records), and persisting
- *    it copies it three times (outbox, LMDB page, page cache) every
- *    quarter ring; this way it is about every third one, and a restart
- *    replays at most a ring of entries. A checkpoint is always taken at
- *    a committed slot (nop.c) or installed from another replica's
- *    checkpoint, which is committed state too.
+ *    it copies it three times (outbox, LMDB page, page cache); this way
+ *    it is about once a ring, and a restart replays at most a ring of
+ *    entries. (A follower serialises its checkpoint only then, nop.c.) A checkpoint is always taken
+ * at a committed slot (nop.c) or installed from another replica's checkpoint, which is committed
+ * state too.
  *  - ENTRY: each log slot once it is committed, exactly once. Committed
  *    slots never change and are identical on every replica (the
  *    simulator checks that after every step), so every entry on disk is

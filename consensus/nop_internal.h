@@ -146,7 +146,7 @@ struct nop {
     uint64_t hb_acked[CONS_REPLICAS_MAX];
     uint8_t sync_out[CONS_REPLICAS_MAX], need_full[CONS_REPLICAS_MAX];
     /* Statistics (nop_stat): syncs sent by kind, and how often the leader
-     * stopped taking requests at half a ring (stalled: stopped now). */
+     * stopped taking requests, its ring 3/4 full (stalled: stopped now). */
     uint64_t syncs[3], stalls;
     int stalled;
     uint64_t next_sync;

@@ -45,14 +45,16 @@
  * table at 8 KiB a row + snapshot) plus a ring of entries. */
 #define SRV_MPX_LOG   256
 #define SRV_MPX_BATCH 4
-/* NOPaxos checkpoints every quarter ring (consensus/nop.c), and each one
- * serialises the whole state machine and client table (0.25-0.35 ms with
- * 5,000 YCSB records, measured), and about every third one is persisted
- * too (consensus/nop_disk.c), while the replica's loop serves nothing. With 512 entries that was a
- * checkpoint every 128 requests on all three replicas at once, and YCSB-B's p95 at 32k ops/s
- * was 1.4-3x Multi-Paxos'; 2048 entries make it one every 512 (the ring
- * is 4.4 MB of memory; CONS_MSG_MAX was raised to 8 MiB to let a view
- * change carry it). */
+/* A NOPaxos checkpoint serialises the whole state machine and client
+ * table (0.25-0.35 ms with 5,000 YCSB records, measured) while the
+ * replica's loop serves nothing: the leader takes one every half ring,
+ * a follower one about every ring, for its disk (consensus/nop.c,
+ * nop_disk.c). With 512 entries, when every replica checkpointed every
+ * quarter ring, that was one every 128 requests on all three replicas at
+ * once, and YCSB-B's p95 at 32k ops/s was 1.4-3x Multi-Paxos'; 2048
+ * entries make it one every 1,024 at the leader (the ring is 4.4 MB of
+ * memory; CONS_MSG_MAX was raised to 8 MiB to let a view change carry
+ * it). */
 #define SRV_NOP_LOG 2048
 
 struct srv_node;
