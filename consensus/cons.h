@@ -166,7 +166,8 @@ struct cons_input {
 
 enum cons_persist_kind {
     CONS_PERSIST_META = 1,     /* replace the protocol metadata record */
-    CONS_PERSIST_ENTRY = 2,    /* write log entry `index` (replace any old one) */
+    CONS_PERSIST_ENTRY = 2,    /* write log record `index` (replace any old one): entry
+                                  `index`, or a NOPaxos run of entries ending there */
     CONS_PERSIST_SNAPSHOT = 3, /* replace the snapshot; drop entries <= index */
 };
 

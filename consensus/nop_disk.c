@@ -24,12 +24,18 @@
  *    entries. (A follower serialises its checkpoint only then, nop.c.) A checkpoint is always taken
  * at a committed slot (nop.c) or installed from another replica's checkpoint, which is committed
  * state too.
- *  - ENTRY: each log slot once it is committed, exactly once. Committed
- *    slots never change and are identical on every replica (the
- *    simulator checks that after every step), so every entry on disk is
- *    final, whichever incarnation wrote it. Uncommitted entries are never
- *    persisted: they may still be replaced by gap agreement or a view
- *    change.
+ *  - ENTRY: each log slot once it is committed, exactly once, in runs:
+ *    one record holds up to NOP_PERSIST_RUN consecutive committed slots
+ *    and is keyed by the last of them (so a SNAPSHOT, which drops the
+ *    records keyed at or below its index, drops only runs it covers
+ *    whole; a restore skips the slots of a run inside its snapshot).
+ *    Commits come in steps of up to a sixteenth of a ring at once
+ *    (synchronization), and one LMDB put and one delete per slot were
+ *    10% of a replica's CPU under YCSB-B. Committed slots never change
+ *    and are identical on every replica (the simulator checks that after
+ *    every step), so every entry on disk is final, whichever incarnation
+ *    wrote it. Uncommitted entries are never persisted: they may still
+ *    be replaced by gap agreement or a view change.
  *  - META: the current view, the last normal view and the session start,
  *    when they change. The last normal view is a floor for recovery.
  *
@@ -84,12 +90,19 @@ int nop__item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons
     return 0;
 }
 
-void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e)
+/* An ENTRY record: u64 first slot, then each entry of the run (u8 kind,
+ * the op for a request). Durable mode writes runs of one. */
+static void put_entry_body(struct cons_wbuf *w, const struct nop_entry *e)
 {
-    cons_w_u64(w, slot);
     cons_w_u8(w, e->kind);
     if (e->kind == NOP_ENT_REQ)
         cons_wire_put_op(w, &e->op);
+}
+
+void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e)
+{
+    cons_w_u64(w, slot);
+    put_entry_body(w, e);
 }
 
 static void persist_meta(struct nop *r)
@@ -121,13 +134,19 @@ void nop__persist_entries(struct nop *r)
     while (r->pers_upto >= r->snap && r->pers_upto < r->commit &&
            r->pers_upto < r->pers_snap + r->cfg.log_cap &&
            r->ob.npersists + 1 < CONS_OUT_PERSIST_MAX) {
-        uint64_t slot = r->pers_upto + 1;
-        assert(slot > r->snap && slot <= r->log_len);
+        uint64_t lo = r->pers_upto + 1, hi = r->commit;
+        if (hi > r->pers_snap + r->cfg.log_cap)
+            hi = r->pers_snap + r->cfg.log_cap;
+        if (hi - lo + 1 > NOP_PERSIST_RUN)
+            hi = lo + NOP_PERSIST_RUN - 1;
+        assert(lo > r->snap && hi <= r->log_len);
         nop__item_begin(r, &w);
-        nop__put_entry(&w, slot, nop__ent(r, slot));
-        if (nop__item_end(r, CONS_PERSIST_ENTRY, slot, &w) < 0)
-            break;
-        r->pers_upto = slot;
+        cons_w_u64(&w, lo);
+        for (uint64_t slot = lo; slot <= hi; slot++)
+            put_entry_body(&w, nop__ent(r, slot));
+        if (nop__item_end(r, CONS_PERSIST_ENTRY, hi, &w) < 0)
+            break; /* the arena is full: the next step goes on */
+        r->pers_upto = hi;
     }
 }
 
@@ -212,33 +231,47 @@ int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len)
     return 0;
 }
 
+/* One entry of a run; FK_EMALFORMED on bad bytes. */
+static int get_entry_body(struct cons_rbuf *rd, struct nop_entry *e)
+{
+    e->kind = cons_r_u8(rd);
+    if (e->kind == NOP_ENT_REQ) {
+        if (cons_wire_get_op(rd, &e->op) < 0 || e->op.type == CONS_OP_NOOP)
+            return FK_EMALFORMED;
+    } else if (e->kind == NOP_ENT_NOOP) {
+        memset(&e->op, 0, offsetof(struct cons_op, key));
+    } else {
+        return FK_EMALFORMED;
+    }
+    return rd->err ? FK_EMALFORMED : 0;
+}
+
 int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len)
 {
     if (r->started)
         return FK_EINVAL;
-    struct cons_rbuf rd;
     struct nop_entry e;
+    struct cons_rbuf rd;
     cons_rbuf_init(&rd, buf, len);
-    uint64_t slot = cons_r_u64(&rd);
-    e.kind = cons_r_u8(&rd);
-    if (e.kind == NOP_ENT_REQ) {
-        if (cons_wire_get_op(&rd, &e.op) < 0 || e.op.type == CONS_OP_NOOP)
+    uint64_t first = cons_r_u64(&rd);
+    if (rd.err || first == 0)
+        return FK_EMALFORMED;
+    /* Bounded by len: every entry takes at least its kind byte. */
+    uint64_t slot = first;
+    do {
+        if (get_entry_body(&rd, &e) < 0 || slot == UINT64_MAX)
             return FK_EMALFORMED;
-    } else if (e.kind == NOP_ENT_NOOP) {
-        memset(&e.op, 0, offsetof(struct cons_op, key));
-    } else {
-        return FK_EMALFORMED;
-    }
-    if (cons_r_done(&rd) < 0 || slot == 0)
-        return FK_EMALFORMED;
-    if (slot <= r->snap)
-        return 0; /* inside the checkpoint already */
-    if (slot > r->snap + r->cfg.log_cap)
-        return FK_EINVAL;
-    nop__entry_copy(nop__ent(r, slot), &e);
-    /* Until start executes them, the signature slot marks a restored
-     * entry with its own index (exec_sig starts zeroed, nop_create). */
-    *nop__sig(r, slot) = slot;
+        if (slot > r->snap + r->cfg.log_cap)
+            return FK_EINVAL;
+        if (slot > r->snap) { /* else inside the checkpoint already */
+            nop__entry_copy(nop__ent(r, slot), &e);
+            /* Until start executes them, the signature slot marks a
+             * restored entry with its own index (exec_sig starts zeroed,
+             * nop_create). */
+            *nop__sig(r, slot) = slot;
+        }
+        slot++;
+    } while (rd.off < rd.len);
     return 0;
 }
 

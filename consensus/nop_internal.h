@@ -285,6 +285,7 @@ uint64_t nop__entry_hash(const struct nop_entry *e);
 
 /* nop_disk.c */
 #define NOP_META_MAGIC     0x4d504f4eu /* "NOPM": META of the default mode */
+#define NOP_PERSIST_RUN    128         /* committed entries in one ENTRY record at most */
 #define NOP_META_LOG_MAGIC 0x4c504f4eu /* "NOPL": META of durable mode (nop_durable.c) */
 /* Queues persist items for what changed (never while recovering). */
 void nop__persist(struct nop *r);
