@@ -48,7 +48,7 @@ static int config_ok(const struct nop_config *c)
  *   log        log_cap * sizeof(struct nop_entry)  (2,144 B each)
  *   exec_sig   log_cap * 8 B
  *   history    log_cap * 16 B (struct nop_hist)
- *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (64 * 2,152 B = 135 KiB)
+ *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 2,152 B = 2.1 MiB)
  *   clients    2 * clients_max rows of ~8.2 KiB (cons.h)
  *   checkpoint 2 * cp_bytes(): 20 B + clients_max * 8,216 B + snapshot_max, the
  *              checkpoint and a leader's next one (maybe_checkpoint)
@@ -58,7 +58,7 @@ static int config_ok(const struct nop_config *c)
  *              lost messages and resent when those replicas repeat their VIEW-CHANGE
  *   durable    (durable mode only) a held-message ring as large as the arena, and
  *              NOP_HELD_MAX descriptors of 40 B (nop_durable.c)
- * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 0.55 + 0.14 + 0.26 + 0.2 + 0.9 MiB. */
+ * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 0.55 + 2.1 + 0.26 + 0.2 + 0.9 MiB. */
 static int alloc_all(struct nop *r)
 {
     const struct nop_config *c = &r->cfg;

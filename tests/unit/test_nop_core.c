@@ -559,6 +559,28 @@ TEST(leader_stalls_at_three_quarters_of_a_ring_without_followers)
     stop(&g);
 }
 
+/* A leader paused at its stop gap keeps what the OUM delivers meanwhile
+ * and executes all of it once its followers are back: with a buffer of
+ * 64 messages, the rest were dropped (gap agreement NO-OPs, the clients
+ * resending 100 ms later). */
+TEST(paused_leader_buffers_what_arrives_and_drops_nothing)
+{
+    static struct group g;
+    start(&g);
+    g.down = 1u << 1 | 1u << 2;
+    for (int i = 1; i <= 12 + 200; i++)
+        multicast_put(&g, i);
+    CHECK_EQ_I64(g.results, 12);
+    g.down = 0;
+    ticks(&g, 200);
+    CHECK_EQ_I64(g.results, 12 + 200); /* a dropped one has no result */
+    struct nop_stat st;
+    nop_status(g.r[0], &st);
+    CHECK_EQ_U64(st.log_len, 12 + 200);
+    CHECK_EQ_U64(st.stalls, 1);
+    stop(&g);
+}
+
 TEST(malformed_and_misuse)
 {
     static struct group g;
