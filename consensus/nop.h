@@ -175,14 +175,13 @@ void nop_destroy(struct nop *r);
 /* Restore persisted records (the bytes of persist items of that kind, as
  * the core emitted them; borrowed for the call) before
  * nop_start(NOP_START_RESTORED): META first, then the SNAPSHOT if the disk
- * holds one, then ENTRY records in any order (those inside the snapshot
- * are ignored; a durable-mode disk may hold stale entries beyond its
- * persisted log length, which are ignored too, so pass them all).
- * Returns 0, FK_EMALFORMED (bad bytes, or a record of another group or
- * replica), FK_EINVAL (called after start; an entry beyond the ring after
- * the snapshot), FK_EFULL (a snapshot over the configured capacity).
- * After any error the handle must be destroyed: restart EMPTY with a
- * wiped disk instead. Owner thread only. */
+ * holds one, then ENTRY records (each a run of consecutive entries) in
+ * any order (entries inside the snapshot are ignored; a durable-mode disk may hold stale entries
+ * beyond its persisted log length, which are ignored too, so pass them all). Returns 0,
+ * FK_EMALFORMED (bad bytes, or a record of another group or replica), FK_EINVAL (called after
+ * start; an entry beyond the ring after the snapshot), FK_EFULL (a snapshot over the configured
+ * capacity). After any error the handle must be destroyed: restart EMPTY with a wiped disk instead.
+ * Owner thread only. */
 int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len);

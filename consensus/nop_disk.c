@@ -21,9 +21,10 @@
  *    whole state (about 500 KB with 5,000 YCSB records), and persisting
  *    it copies it three times (outbox, LMDB page, page cache); this way
  *    it is about once a ring, and a restart replays at most a ring of
- *    entries. (A follower serialises its checkpoint only then, nop.c.) A checkpoint is always taken
- * at a committed slot (nop.c) or installed from another replica's checkpoint, which is committed
- * state too.
+ *    entries. (A follower serialises its checkpoint only then, nop.c.)
+ *    A checkpoint is always taken at a committed slot (nop.c) or
+ *    installed from another replica's checkpoint, which is committed
+ *    state too.
  *  - ENTRY: each log slot once it is committed, exactly once, in runs:
  *    one record holds up to NOP_PERSIST_RUN consecutive committed slots
  *    and is keyed by the last of them (so a SNAPSHOT, which drops the

@@ -63,7 +63,8 @@
 #   bench: flowkv_nopaxos_peak=<ops/s> flowkv_multipaxos_peak=<ops/s> etcd_peak=<ops/s>
 # A run with any return code but OK is kept in results.csv but flagged on
 # stderr and never counted as a peak. Every run is bounded by timeout; the
-# clusters are stopped on exit, whatever happens. About 9 to 12 minutes.
+# clusters are stopped on exit, whatever happens. About 10 to 13 minutes
+# (the faster the protocols, the more loads the sweeps take).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
