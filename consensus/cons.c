@@ -240,21 +240,40 @@ int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
     return 0;
 }
 
+/* Where op stands against its client's row, the one decision that
+ * cons_apply_once and cons_log_read share so that every replica moves its
+ * table alike: older than the row, the row's own request, refused (no
+ * row and req_no > 1: the row was evicted, cons.h; applying it could
+ * apply a request twice), or new. */
+enum ctab_verdict { CTAB_NEW, CTAB_DUP, CTAB_OLD, CTAB_EXPIRED };
+
+static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *op,
+                                    struct cons_ctab_row **row)
+{
+    *row = cons_ctab_find(t, op->client_id);
+    if (*row != NULL)
+        return op->req_no < (*row)->reply.req_no    ? CTAB_OLD
+               : op->req_no == (*row)->reply.req_no ? CTAB_DUP
+                                                    : CTAB_NEW;
+    return op->req_no > 1 ? CTAB_EXPIRED : CTAB_NEW;
+}
+
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply)
 {
     assert(op->type != CONS_OP_NOOP && op->client_id != 0);
-    struct cons_ctab_row *row = cons_ctab_find(t, op->client_id);
-    if (row && op->req_no < row->reply.req_no)
+    struct cons_ctab_row *row;
+    enum ctab_verdict v = ctab_judge(t, op, &row);
+    if (v == CTAB_OLD)
         return 2;
-    if (row && op->req_no == row->reply.req_no && row->reply.status != FK_EUNKEPT) {
+    if (v == CTAB_DUP && row->reply.status != FK_EUNKEPT) {
         cons_reply_copy(reply, &row->reply);
         return 1;
     }
     reply->client_id = op->client_id;
     reply->req_no = op->req_no;
     reply->len = 0;
-    if (row && op->req_no == row->reply.req_no) {
+    if (v == CTAB_DUP) {
         /* Logged unexecuted (cons_log_read): a read is read again, here
          * and now, which linearizes it within its retry; the table stays
          * as it is on every replica. */
@@ -265,10 +284,8 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
         int rc = sm->ops->apply(sm->impl, op, reply);
         return rc < 0 ? rc : 1;
     }
-    if (!row && op->req_no > 1) {
-        /* Its row was evicted (cons.h): applying it could apply a request
-         * twice. Deterministic on every replica: refused, not applied. */
-        reply->status = FK_EEXPIRED;
+    if (v == CTAB_EXPIRED) {
+        reply->status = FK_EEXPIRED; /* refused, not applied */
         return 0;
     }
     int rc = sm->ops->apply(sm->impl, op, reply);
@@ -282,21 +299,18 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
 int cons_log_read(struct cons_ctab *t, const struct cons_op *op)
 {
     assert(cons_op_reads(op) && op->client_id != 0);
-    struct cons_ctab_row *row = cons_ctab_find(t, op->client_id);
-    if (row && op->req_no < row->reply.req_no)
-        return 2;
-    if (row && op->req_no == row->reply.req_no)
-        return 1;
-    if (!row && op->req_no > 1)
-        return 0; /* FK_EEXPIRED at the leader: the table does not move */
+    struct cons_ctab_row *row;
+    enum ctab_verdict v = ctab_judge(t, op, &row);
+    if (v != CTAB_NEW)
+        return v == CTAB_OLD ? 2 : v == CTAB_DUP ? 1 : 0; /* as cons_apply_once */
     int evicted;
     uint32_t i = ctab_claim(t, op->client_id, ++t->ops, &evicted);
-    struct cons_ctab_row *r = &t->rows[i];
-    r->client_id = op->client_id;
-    r->reply.client_id = op->client_id;
-    r->reply.req_no = op->req_no;
-    r->reply.status = FK_EUNKEPT;
-    r->reply.len = 0;
+    row = &t->rows[i];
+    row->client_id = op->client_id;
+    row->reply.client_id = op->client_id;
+    row->reply.req_no = op->req_no;
+    row->reply.status = FK_EUNKEPT;
+    row->reply.len = 0;
     return 0;
 }
 
