@@ -172,6 +172,7 @@ void mpx__persist_meta(struct mpx *r)
     cons_w_u32(&w, r->cfg.n);
     cons_w_u32(&w, r->cfg.id);
     cons_w_u64(&w, r->promised);
+    mpx__put_cv(r, &w); /* known[id] is this incarnation's generation */
     persist_commit(r, p, &w);
 }
 
@@ -312,11 +313,23 @@ int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len)
     cons_rbuf_init(&rd, buf, len);
     uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
     uint64_t promised = cons_r_u64(&rd);
+    uint64_t known[CONS_REPLICAS_MAX] = {0};
+    /* A META written before crash vectors existed ends here: generation 0
+     * everywhere, which is what such a group ran with. */
+    if (!rd.err && rd.off < rd.len) {
+        uint32_t ncv = cons_r_u8(&rd);
+        for (uint32_t p = 0; p < ncv && p < CONS_REPLICAS_MAX; p++)
+            known[p] = cons_r_u64(&rd);
+        if (ncv != n)
+            return FK_EMALFORMED;
+    }
     if (r->started)
         return FK_EINVAL;
     if (cons_r_done(&rd) < 0 || magic != MPX_META_MAGIC || n != r->cfg.n || id != r->cfg.id)
         return FK_EMALFORMED;
     r->promised = r->max_seen = promised;
+    memcpy(r->known, known, sizeof known);
+    r->gen = known[id];
     r->meta_seen = 1;
     return 0;
 }

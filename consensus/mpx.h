@@ -28,12 +28,18 @@
  *    replica snapshots its state at the applied index and drops the prefix.
  *  - Restart with persisted state: restore META, SNAPSHOT and ENTRY records
  *    (mpx_restore_*), then mpx_start(MPX_START_RESTORED). Restart without
- *    state: mpx_start(MPX_START_EMPTY) runs recovery: it collects state from
- *    f+1 other replicas under a fresh nonce, adopts the highest snapshot,
- *    merges the entries after it by highest ballot (phase 1's rule) and the
- *    highest promise, persists that, and only then takes part again; this
- *    keeps every quorum intersection argument intact though its disk was
- *    lost.
+ *    state: mpx_start(MPX_START_EMPTY) runs recovery (mpx_recover.c): it
+ *    learns a new generation from f+1 others, announces it to f+1 others,
+ *    who each make it durable before answering with their state; it adopts
+ *    the highest snapshot, the entries after it by highest ballot (phase
+ *    1's rule) and the highest promise, persists that, and only then takes
+ *    part again. Every vote carries the voter's crash vector (the highest
+ *    generation it knows of each replica), so a vote cast by an
+ *    incarnation that has since lost its disk is never counted together
+ *    with votes cast after its recovery (Michael et al., DISC 2017): this
+ *    keeps every quorum intersection argument intact though a disk was
+ *    lost. Ballots carry the owner's generation, so no two incarnations
+ *    ever propose at one ballot.
  *
  * Thread safety: a handle belongs to one thread.
  */
@@ -51,6 +57,7 @@ enum mpx_bug {
     MPX_BUG_APPLY_UNCOMMITTED = 1u << 0, /* followers apply slots as soon as accepted */
     MPX_BUG_LOCAL_READS = 1u << 1,       /* a leader answers GET from local state */
     MPX_BUG_NO_MERGE = 1u << 2,          /* phase 1 ignores values in promises */
+    MPX_BUG_STALE_VOTES = 1u << 3,       /* votes of an incarnation that lost its disk count */
 };
 
 struct mpx_config {

@@ -17,16 +17,17 @@ enum mpx_type {
     MPX_PREVOTE = 3,        /* term = ballot the sender would use; u64 commit */
     MPX_PREVOTE_OK = 4,     /* term = that ballot; u8 granted */
     MPX_PREPARE = 5,        /* term = ballot; u64 from_index */
-    MPX_PROMISE = 6,        /* term = ballot; u64 snap_index, u64 commit, entries */
+    MPX_PROMISE = 6,        /* term = ballot; crash vector, u64 snap_index, u64 commit, entries */
     MPX_NACK = 7,           /* term = the sender's promised ballot */
     MPX_ACCEPT = 8,         /* term = ballot; u64 commit, entries */
-    MPX_ACCEPTED = 9,       /* term = ballot; u32 n, u64 index[n] */
+    MPX_ACCEPTED = 9,       /* term = ballot; crash vector, u32 n, u64 index[n] */
     MPX_COMMIT = 10,        /* term = ballot; u64 commit (the heartbeat) */
     MPX_CATCHUP_REQ = 11,   /* u64 from_index */
     MPX_CATCHUP = 12,       /* u64 commit, entries (all chosen) */
     MPX_SNAPSHOT = 13,      /* snapshot blob */
-    MPX_RECOVER = 14,       /* u64 nonce */
-    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, snapshot blob, entries */
+    MPX_RECOVER = 14,       /* u64 nonce, u64 gen (0: "what is my generation?") */
+    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, snapshot blob, entries */
+    MPX_RECOVER_GEN = 16,   /* u64 nonce, u64 the asker's generation as known here */
     MPX__TYPES
 };
 
@@ -37,6 +38,12 @@ enum mpx_type {
 /* Persists awaiting durability whose acknowledgement is held back. */
 #define MPX_HELD_MAX 256
 _Static_assert(MPX_ACK_IDX_MAX <= 255, "ack count fits a byte of headroom");
+
+/* The bits of a generation inside a ballot (mpx_paxos.c next_ballot). */
+#define MPX_GEN_MASK 0xffffffull
+
+/* A crash vector on the wire: u8 n, then n u64 generations. */
+#define MPX_CV_BYTES(n) (1 + 8 * (size_t)(n))
 
 /* A decoded, fully validated message. Variable parts stay in the input
  * buffer; `ents` re-reads them (validation already passed). */
@@ -52,6 +59,8 @@ struct mpx_msg {
     uint32_t nidx; /* ACCEPTED */
     const uint8_t *idx;
     uint32_t hint; /* REPLY */
+    uint32_t ncv;  /* PROMISE, ACCEPTED, RECOVER_REPLY: the sender's crash vector */
+    const uint8_t *cv;
 };
 
 /* One log slot. The ring holds index i at slots[i & (log_cap - 1)]. */
@@ -68,10 +77,10 @@ struct mpx_slot {
 /* An acknowledgement released once persist `cookie` is durable. */
 struct mpx_held {
     uint64_t cookie;
-    uint8_t type; /* MPX_PROMISE or MPX_ACCEPTED */
+    uint8_t type; /* MPX_PROMISE, MPX_ACCEPTED or MPX_RECOVER_REPLY */
     uint32_t to;
-    uint64_t ballot;
-    uint64_t index; /* ACCEPTED: the slot; PROMISE: from_index */
+    uint64_t ballot; /* RECOVER_REPLY: the nonce */
+    uint64_t index;  /* ACCEPTED: the slot; PROMISE: from_index; RECOVER_REPLY: gen */
 };
 
 struct mpx {
@@ -82,8 +91,13 @@ struct mpx {
     uint8_t role, started, poisoned;
     uint64_t rng;
 
-    /* Acceptor state (META is promised). */
+    /* Acceptor state (META is promised, gen and known). */
     uint64_t promised, max_seen;
+    /* The crash vector (mpx_recover.c): gen is this incarnation's
+     * generation, known[p] the highest generation of replica p heard of;
+     * known[cfg.id] == gen. */
+    uint64_t gen;
+    uint64_t known[CONS_REPLICAS_MAX];
     uint32_t leader;
     uint64_t commit, applied, snap_index, last;
     struct mpx_slot *slots;
@@ -104,9 +118,13 @@ struct mpx {
     struct cons_op *pending;
     uint32_t pend_head, pend_n;
 
-    /* Recovery. */
+    /* Recovery: phase 1 learns a generation, phase 2 the state. */
     uint64_t nonce, rec_from;
     uint32_t rec_n;
+    uint8_t rec_phase;
+    uint64_t rec_gen;                      /* phase 1: highest heard; phase 2: the new generation */
+    uint64_t rec_cv[CONS_REPLICAS_MAX];    /* phase 2: the responders' vectors, merged */
+    uint64_t rec_their[CONS_REPLICAS_MAX]; /* phase 2: each responder's own generation */
     uint64_t rec_promised, rec_snap_index;
     uint8_t *rec_snap;
     size_t rec_snap_len;
@@ -136,6 +154,10 @@ void mpx__begin(struct mpx *r, struct cons_wbuf *w, uint8_t type, uint64_t term)
 /* Finishes and queues it to `to` (dropped when it does not fit). */
 void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to);
 void mpx__send_simple(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1);
+/* Writes this replica's crash vector (known[0..n)). */
+void mpx__put_cv(const struct mpx *r, struct cons_wbuf *w);
+/* Reads generation p of a validated crash vector. */
+uint64_t mpx__cv_get(const struct mpx_msg *m, uint32_t p);
 void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1,
                        uint64_t lo, uint64_t hi, int chosen_only);
 void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
@@ -165,6 +187,15 @@ void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ball
 void mpx__learn_commit(struct mpx *r, uint64_t ballot, uint64_t commit, uint32_t from);
 
 /* mpx_recover.c */
+/* Merges a sender's crash vector into known[]; forgets the counted votes
+ * of every replica whose known generation rose. Returns 0 if the sender's
+ * own generation is current (its vote counts), -1 if it is stale or the
+ * vector is not this group's. */
+int mpx__cv_merge(struct mpx *r, const struct mpx_msg *m);
+/* Forgets every vote of replica p counted by this candidate or leader. */
+void mpx__forget_votes(struct mpx *r, uint32_t p);
+void mpx__release_recover_reply(struct mpx *r, uint32_t to, uint64_t nonce, uint64_t gen);
+void mpx__on_recover_gen(struct mpx *r, const struct mpx_msg *m);
 void mpx__recover_start(struct mpx *r);
 void mpx__recover_tick(struct mpx *r);
 void mpx__on_recover(struct mpx *r, const struct mpx_msg *m);

@@ -48,6 +48,14 @@ static int take_snap(struct cons_rbuf *r, struct mpx_msg *m)
     return m->snap && m->snap_len >= 8 ? 0 : FK_EMALFORMED;
 }
 
+/* Reads a crash vector "u8 n, u64 gen[n]" (mpx_recover.c). */
+static int take_cv(struct cons_rbuf *r, struct mpx_msg *m)
+{
+    m->ncv = cons_r_u8(r);
+    m->cv = cons_r_bytes(r, (size_t)m->ncv * 8);
+    return m->cv && m->ncv >= 1 && m->ncv <= CONS_REPLICAS_MAX ? 0 : FK_EMALFORMED;
+}
+
 static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *op,
                        struct cons_reply *rep, uint32_t max_batch)
 {
@@ -66,12 +74,18 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
     case MPX_PREPARE:
     case MPX_COMMIT:
     case MPX_CATCHUP_REQ:
-    case MPX_RECOVER:
         m->u1 = cons_r_u64(r);
+        return 0;
+    case MPX_RECOVER:
+    case MPX_RECOVER_GEN:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
         return 0;
     case MPX_NACK:
         return 0;
     case MPX_PROMISE:
+        if (take_cv(r, m) < 0)
+            return FK_EMALFORMED;
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
         return take_entries(r, m, max_batch);
@@ -80,6 +94,8 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
         m->u1 = cons_r_u64(r);
         return take_entries(r, m, max_batch);
     case MPX_ACCEPTED:
+        if (take_cv(r, m) < 0)
+            return FK_EMALFORMED;
         m->nidx = cons_r_u32(r);
         if (m->nidx == 0 || m->nidx > MPX_ACK_IDX_MAX)
             return FK_EMALFORMED;
@@ -90,7 +106,7 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
     case MPX_RECOVER_REPLY:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
-        if (take_snap(r, m) < 0)
+        if (take_cv(r, m) < 0 || take_snap(r, m) < 0)
             return FK_EMALFORMED;
         return take_entries(r, m, max_batch);
     default:
@@ -166,6 +182,21 @@ void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to)
     cons_outbox_msg(&r->ob, to, w->p, (uint32_t)len);
 }
 
+void mpx__put_cv(const struct mpx *r, struct cons_wbuf *w)
+{
+    cons_w_u8(w, (uint8_t)r->cfg.n);
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        cons_w_u64(w, r->known[p]);
+}
+
+uint64_t mpx__cv_get(const struct mpx_msg *m, uint32_t p)
+{
+    assert(p < m->ncv);
+    uint64_t g;
+    memcpy(&g, m->cv + 8 * (size_t)p, sizeof g);
+    return g;
+}
+
 void mpx__send_simple(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1)
 {
     struct cons_wbuf w;
@@ -185,8 +216,10 @@ void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_
 {
     struct cons_wbuf w;
     mpx__begin(r, &w, type, term);
-    if (type == MPX_PROMISE)
+    if (type == MPX_PROMISE) {
+        mpx__put_cv(r, &w);
         cons_w_u64(&w, r->snap_index);
+    }
     cons_w_u64(&w, u1);
     size_t count_at = w.len;
     cons_w_u32(&w, 0);

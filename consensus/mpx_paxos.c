@@ -82,6 +82,17 @@ static void release_one(struct mpx *r, const struct mpx_held *h, uint64_t *idx, 
         idx[(*n)++] = h->index;
 }
 
+static void send_accepted(struct mpx *r, uint32_t to, uint64_t ballot, const uint64_t *idx,
+                          uint32_t n)
+{
+    struct cons_wbuf w;
+    mpx__begin(r, &w, MPX_ACCEPTED, ballot);
+    mpx__put_cv(r, &w);
+    cons_w_u32(&w, n);
+    cons_w_bytes(&w, idx, (size_t)n * 8);
+    mpx__send(r, &w, cons_replica(to));
+}
+
 void mpx__release_held(struct mpx *r)
 {
     uint64_t idx[MPX_ACK_IDX_MAX];
@@ -94,24 +105,19 @@ void mpx__release_held(struct mpx *r)
         /* Coalesce consecutive ACCEPTED to one (leader, ballot). */
         if (n &&
             (h.type != MPX_ACCEPTED || h.to != to || h.ballot != ballot || n == MPX_ACK_IDX_MAX)) {
-            struct cons_wbuf w;
-            mpx__begin(r, &w, MPX_ACCEPTED, ballot);
-            cons_w_u32(&w, n);
-            cons_w_bytes(&w, idx, (size_t)n * 8);
-            mpx__send(r, &w, cons_replica(to));
+            send_accepted(r, to, ballot, idx, n);
             n = 0;
+        }
+        if (h.type == MPX_RECOVER_REPLY) {
+            mpx__release_recover_reply(r, h.to, h.ballot, h.index);
+            continue;
         }
         to = h.to;
         ballot = h.ballot;
         release_one(r, &h, idx, &n);
     }
-    if (n) {
-        struct cons_wbuf w;
-        mpx__begin(r, &w, MPX_ACCEPTED, ballot);
-        cons_w_u32(&w, n);
-        cons_w_bytes(&w, idx, (size_t)n * 8);
-        mpx__send(r, &w, cons_replica(to));
-    }
+    if (n)
+        send_accepted(r, to, ballot, idx, n);
 }
 
 /* ---- entries in messages --------------------------------------------------- */
@@ -143,10 +149,14 @@ void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
 
 /* ---- elections: pre-vote, phase 1 --------------------------------------- */
 
+/* Ballots are (round << 32 | generation << 8 | id): the generation makes
+ * a ballot unique to one incarnation of its owner, so a replica that lost
+ * its disk never reuses a ballot its earlier self may have sent PREPAREs
+ * or ACCEPTs for (two proposers at one ballot would break Paxos' P2a). */
 static uint64_t next_ballot(const struct mpx *r)
 {
     uint64_t top = r->promised > r->max_seen ? r->promised : r->max_seen;
-    return ((top >> 8) + 1) << 8 | r->cfg.id;
+    return ((top >> 32) + 1) << 32 | (r->gen & MPX_GEN_MASK) << 8 | r->cfg.id;
 }
 
 static void start_prevote(struct mpx *r)
@@ -274,6 +284,8 @@ static void abort_for_catchup(struct mpx *r, uint32_t from)
 
 static void on_promise(struct mpx *r, const struct mpx_msg *m)
 {
+    if (mpx__cv_merge(r, m) < 0)
+        return; /* from an incarnation that lost its disk since */
     if (r->role != MPX_CANDIDATE || m->term != r->promised || (r->promises >> m->from & 1))
         return;
     if (m->u1 > r->commit) {
@@ -453,6 +465,8 @@ static void on_accept(struct mpx *r, const struct mpx_msg *m)
 
 static void on_accepted(struct mpx *r, const struct mpx_msg *m)
 {
+    if (mpx__cv_merge(r, m) < 0)
+        return; /* from an incarnation that lost its disk since */
     for (uint32_t k = 0; k < m->nidx; k++) {
         uint64_t index;
         memcpy(&index, m->idx + 8 * k, sizeof index);
@@ -642,6 +656,8 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
     if (r->role == MPX_RECOVERING) {
         if (m->type == MPX_RECOVER_REPLY)
             mpx__on_recover_reply(r, m);
+        else if (m->type == MPX_RECOVER_GEN)
+            mpx__on_recover_gen(r, m);
         else if (m->type == MPX_REQUEST)
             on_request(r, op);
         return;
@@ -687,6 +703,6 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
         mpx__on_recover(r, m);
         break;
     default:
-        break; /* REPLY, RECOVER_REPLY: not for a normal replica */
+        break; /* REPLY, RECOVER_REPLY, RECOVER_GEN: not for a normal replica */
     }
 }

@@ -1,15 +1,53 @@
-/* mpx_recover.c: a replica that lost its disk rejoins safely.
+/* mpx_recover.c: a replica that lost its disk rejoins safely, and the
+ * crash vectors that make its earlier votes harmless.
  *
  * Why not just fetch a snapshot from the leader: a replica that forgets
  * what it promised or accepted can break quorum intersection (it may have
  * been the one member of a quorum that holds a chosen value). So, like
  * Viewstamped Replication's recovery (Liskov and Cowling 2012, section 4.3)
  * and NOPaxos section 5.3.2, it asks under a fresh nonce and waits for f+1
- * OTHER replicas. Any f+1 others include a member of every quorum that
- * included it, so: the highest promise among them bounds any promise it
- * made, and for each slot after the highest snapshot the highest-ballot
- * entry among them (the phase 1 rule) carries any value that was chosen.
- * It persists that state and only then acts as an acceptor again. */
+ * OTHER replicas, adopting the highest promise among them and, for each
+ * slot after the highest snapshot, the highest-ballot entry (phase 1's
+ * rule), persisting that before it acts as an acceptor again.
+ *
+ * That alone is not enough (the simulator's seed 66913 shows it): votes
+ * the replica cast BEFORE it lost its disk are still counted by others. A
+ * leader held its pre-crash ACCEPTED for slot s, a responder answered the
+ * recovery and only then accepted s, and the two votes plus the leader's
+ * chose s, while the recovered state (taken from the responder's earlier
+ * answer) lacked s and a later leader chose something else there. The same
+ * holds for a promise: a candidate may count the lost incarnation's
+ * promise together with promises made after the recovery. Paxos Made Live
+ * section 5.1 has the replica sit out one instance, which does not close
+ * this; Michael, Ports, Sharma and Szekeres ("Recovering Shared Objects
+ * Without Stable Storage", DISC 2017) show such recoveries unsafe and
+ * close the hole with crash vectors and crash-consistent quorums. We do
+ * the same:
+ *
+ *  - Every replica has a generation (0 for a member of a new group) and a
+ *    crash vector known[p], the highest generation of each replica it
+ *    heard of, persisted in META.
+ *  - Recovery has two phases. Phase 1 asks f+1 others for the highest
+ *    generation of this replica they know; the new generation is one
+ *    more. Phase 2 announces it: each responder raises known[me], makes
+ *    that durable and only then answers with its promise, crash vector,
+ *    snapshot and entries. Any two sets of f+1 others intersect, so the
+ *    new generation exceeds every generation that finished phase 2.
+ *  - Every vote (PROMISE, ACCEPTED) carries the voter's crash vector. A
+ *    candidate or leader merges it before counting; a vote whose sender's
+ *    generation is below what it knows is ignored, and when known[p] rises
+ *    every vote of p counted so far is forgotten.
+ *
+ * Why that is safe: take any quorum Q that counted a vote of the lost
+ * incarnation, and the f+1 replicas W that answered the new one's phase 2.
+ * Q minus the lost replica has f members among the 2f others, so it meets
+ * W in some x. If x voted before it answered, its answer (built after the
+ * vote) carries that promise or accepted entry into the recovered state.
+ * If x voted after, its vote carried known[me] = the new generation, and
+ * the collector forgot the lost incarnation's vote before counting x's:
+ * Q was never complete. Ballots carry the generation too (mpx_paxos.c
+ * next_ballot), so the new incarnation never reuses one of its lost
+ * self's ballots. */
 #include "mpx_internal.h"
 
 #include "fk_error.h"
@@ -17,16 +55,64 @@
 #include <assert.h>
 #include <string.h>
 
+void mpx__forget_votes(struct mpx *r, uint32_t p)
+{
+    assert(p < r->cfg.n);
+    r->promises &= ~(1ull << p);
+    for (uint32_t k = 0; k < r->cfg.log_cap; k++)
+        r->slots[k].acks &= ~(1ull << p);
+}
+
+int mpx__cv_merge(struct mpx *r, const struct mpx_msg *m)
+{
+    if (m->ncv != r->cfg.n)
+        return -1;
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        uint64_t g = mpx__cv_get(m, p);
+        if (g > r->known[p] && p != r->cfg.id) {
+            r->known[p] = g;
+            if (!(r->cfg.bugs & MPX_BUG_STALE_VOTES))
+                mpx__forget_votes(r, p);
+        }
+    }
+    if (r->cfg.bugs & MPX_BUG_STALE_VOTES)
+        return 0;
+    return mpx__cv_get(m, m->from) < r->known[m->from] ? -1 : 0;
+}
+
+static void send_recover(struct mpx *r, uint32_t p)
+{
+    struct cons_wbuf w;
+    mpx__begin(r, &w, MPX_RECOVER, 0);
+    cons_w_u64(&w, r->nonce);
+    cons_w_u64(&w, r->rec_phase == 2 ? r->rec_gen : 0);
+    mpx__send(r, &w, cons_replica(p));
+}
+
 void mpx__recover_start(struct mpx *r)
 {
     r->role = MPX_RECOVERING;
     r->nonce = mpx__rand(r) | 1;
+    r->rec_phase = 1;
+    r->rec_gen = 0;
     r->rec_from = 0;
     r->rec_n = 0;
     r->rec_promised = 0;
     r->rec_wait = 0;
+    memset(r->rec_cv, 0, sizeof r->rec_cv);
+    memset(r->rec_their, 0, sizeof r->rec_their);
     r->next_heartbeat = r->now;
     mpx__recover_tick(r);
+}
+
+/* Phase 2 counts a responder only while its own generation is the highest
+ * any responder reported for it (a crash-consistent quorum, DISC 2017). */
+static uint32_t consistent_responders(const struct mpx *r)
+{
+    uint32_t n = 0;
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        n += (r->rec_from >> p & 1) && r->rec_their[p] >= r->rec_cv[p];
+    return n;
 }
 
 void mpx__recover_tick(struct mpx *r)
@@ -44,22 +130,51 @@ void mpx__recover_tick(struct mpx *r)
         return;
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
     for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id && !(r->rec_from >> p & 1))
-            mpx__send_simple(r, cons_replica(p), MPX_RECOVER, 0, r->nonce);
+        int answered = r->rec_from >> p & 1;
+        if (answered && r->rec_phase == 2 && r->rec_their[p] < r->rec_cv[p])
+            answered = 0; /* its answer came from an incarnation since lost */
+        if (p != r->cfg.id && !answered)
+            send_recover(r, p);
     }
 }
 
-/* A normal replica answers with its promise, a snapshot at its applied
- * index and every entry after it (chosen or merely accepted). */
+/* A normal replica answers phase 1 with the asker's generation as known
+ * here; phase 2 raises it and answers once that is durable. */
 void mpx__on_recover(struct mpx *r, const struct mpx_msg *m)
 {
-    size_t len;
-    if (mpx__snapshot(r, &len) < 0)
+    uint64_t nonce = m->u1, gen = m->u2;
+    if (gen == 0) {
+        struct cons_wbuf w;
+        mpx__begin(r, &w, MPX_RECOVER_GEN, r->promised);
+        cons_w_u64(&w, nonce);
+        cons_w_u64(&w, r->known[m->from]);
+        mpx__send(r, &w, cons_replica(m->from));
         return;
+    }
+    if (gen < r->known[m->from])
+        return; /* a recovery older than one already announced */
+    if (gen > r->known[m->from]) {
+        r->known[m->from] = gen;
+        if (!(r->cfg.bugs & MPX_BUG_STALE_VOTES))
+            mpx__forget_votes(r, m->from);
+        mpx__persist_meta(r);
+    }
+    mpx__hold(r, MPX_RECOVER_REPLY, m->from, nonce, gen);
+}
+
+/* Once known[to] >= gen is durable: the promise, the crash vector, a
+ * snapshot at the applied index and every entry after it (chosen or
+ * merely accepted), all as of now, after every vote cast so far. */
+void mpx__release_recover_reply(struct mpx *r, uint32_t to, uint64_t nonce, uint64_t gen)
+{
+    size_t len;
+    if (r->known[to] != gen || r->role == MPX_RECOVERING || mpx__snapshot(r, &len) < 0)
+        return; /* superseded by a newer recovery, or cannot answer now */
     struct cons_wbuf w;
     mpx__begin(r, &w, MPX_RECOVER_REPLY, r->promised);
-    cons_w_u64(&w, m->u1);
+    cons_w_u64(&w, nonce);
     cons_w_u64(&w, r->promised);
+    mpx__put_cv(r, &w);
     cons_w_u32(&w, (uint32_t)len);
     cons_w_bytes(&w, r->snap_buf, len);
     size_t count_at = w.len;
@@ -74,7 +189,25 @@ void mpx__on_recover(struct mpx *r, const struct mpx_msg *m)
     }
     if (!w.err)
         memcpy(w.p + count_at, &n, sizeof n);
-    mpx__send(r, &w, cons_replica(m->from));
+    mpx__send(r, &w, cons_replica(to));
+}
+
+/* Phase 1: the new generation is one above the highest of f+1 answers. */
+void mpx__on_recover_gen(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->rec_phase != 1 || m->u1 != r->nonce || (r->rec_from >> m->from & 1))
+        return;
+    if (m->u2 > r->rec_gen)
+        r->rec_gen = m->u2;
+    r->rec_from |= 1ull << m->from;
+    if (++r->rec_n < r->f + 1)
+        return;
+    r->rec_phase = 2;
+    r->rec_gen++;
+    r->rec_from = 0;
+    r->rec_n = 0;
+    r->next_heartbeat = r->now;
+    mpx__recover_tick(r);
 }
 
 static void finish(struct mpx *r)
@@ -84,6 +217,8 @@ static void finish(struct mpx *r)
         r->promised = r->rec_promised;
     if (r->promised > r->max_seen)
         r->max_seen = r->promised;
+    memcpy(r->known, r->rec_cv, sizeof r->known);
+    r->gen = r->known[r->cfg.id] = r->rec_gen;
     if (mpx__snapshot(r, &len) < 0) {
         r->poisoned = 1;
         return;
@@ -98,10 +233,18 @@ static void finish(struct mpx *r)
     r->rec_wait = r->next_cookie;
 }
 
+/* Phase 2: merge each answer's state (more state from a responder that
+ * later turns out stale is harmless: every entry is a real proposal and
+ * every snapshot a chosen prefix); count only a crash-consistent f+1. */
 void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
 {
-    if (r->rec_wait || m->u1 != r->nonce || (r->rec_from >> m->from & 1))
+    if (r->rec_wait || r->rec_phase != 2 || m->u1 != r->nonce || m->ncv != r->cfg.n)
         return;
+    uint64_t their = mpx__cv_get(m, m->from);
+    if ((r->rec_from >> m->from & 1) && their <= r->rec_their[m->from])
+        return; /* a duplicate */
+    if (mpx__cv_get(m, r->cfg.id) != r->rec_gen)
+        return; /* not an answer to this generation's announcement */
     uint64_t index;
     if (m->snap_len > r->snap_cap || mpx__install(r, m->snap, m->snap_len, &index) < 0)
         return;
@@ -116,7 +259,13 @@ void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
     }
     if (m->u2 > r->rec_promised)
         r->rec_promised = m->u2;
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        uint64_t g = mpx__cv_get(m, p);
+        if (p != r->cfg.id && g > r->rec_cv[p])
+            r->rec_cv[p] = g;
+    }
+    r->rec_their[m->from] = their;
     r->rec_from |= 1ull << m->from;
-    if (++r->rec_n >= r->f + 1)
+    if (consistent_responders(r) >= r->f + 1)
         finish(r);
 }

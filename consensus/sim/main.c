@@ -12,7 +12,8 @@
  * durable mode (nop.h) with whole-group crashes and slow disks (sim.h).
  * A failing seed prints its reason and the exact
  * command that replays it; the exit status is 1 when any seed failed.
- * --bug plants a known bug: apply-uncommitted, local-reads, no-merge
+ * --bug plants a known bug: apply-uncommitted, local-reads, no-merge,
+ * stale-votes
  * (Multi-Paxos) or no-gap-agreement, follower-exec, restore-no-recovery,
  * reply-unpersisted (NOPaxos; the last implies --durable); with
  * --expect-failure the status is 0 only if some seed failed (the checkers
@@ -38,6 +39,7 @@ static const struct {
     {"apply-uncommitted", SIM_MPX, MPX_BUG_APPLY_UNCOMMITTED},
     {"local-reads", SIM_MPX, MPX_BUG_LOCAL_READS},
     {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE},
+    {"stale-votes", SIM_MPX, MPX_BUG_STALE_VOTES},
     {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
     {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
     {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY},
@@ -59,7 +61,7 @@ static void usage(void)
     fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]\n"
                     "                  [--ops N] [--fault-ms MS] [--durable] [--bug NAME]\n"
                     "                  [--verbose] [--expect-failure]\n"
-                    "bugs: apply-uncommitted, local-reads, no-merge (mpx);\n"
+                    "bugs: apply-uncommitted, local-reads, no-merge, stale-votes (mpx);\n"
                     "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
                     "      reply-unpersisted (nop, durable)\n");
 }
@@ -127,7 +129,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 struct totals {
     uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
-    uint64_t fills, crash_alls;
+    uint64_t fills, crash_alls, amnesias;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -145,6 +147,7 @@ static void add(struct totals *t, const struct sim_result *r)
     t->oum += r->oum_drops;
     t->fills += r->oum_fills;
     t->crash_alls += r->crash_alls;
+    t->amnesias += r->amnesias;
 }
 
 /* Runs the campaign for one protocol; returns the number of failed seeds. */
@@ -185,8 +188,9 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
            pname, proto == SIM_NOP && a->durable ? " (durable)" : "", t.ran, t.n5, t.failed, wall_s,
            cpu_s);
     printf("  faults: %" PRIu64 " messages, %" PRIu64 " dropped, %" PRIu64 " duplicated, %" PRIu64
-           " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty)",
-           t.msgs, t.drops, t.dups, t.parts, t.crashes, t.empties);
+           " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty, %" PRIu64
+           " of them amnesia in the minority)",
+           t.msgs, t.drops, t.dups, t.parts, t.crashes, t.empties, t.amnesias);
     if (proto == SIM_NOP)
         printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops, %" PRIu64 " OUM fills",
                t.failovers, t.oum, t.fills);

@@ -434,6 +434,74 @@ static void crash_all(struct world *w)
     }
 }
 
+static int is_leader(struct world *w, uint32_t i)
+{
+    if (!w->reps[i].up)
+        return 0;
+    if (w->o->proto == SIM_NOP) {
+        struct nop_stat st;
+        nop_status(w->reps[i].nop, &st);
+        return st.is_leader && st.status == NOP_NORMAL;
+    }
+    struct mpx_status st;
+    mpx_status(w->reps[i].core, &st);
+    return st.role == MPX_LEADER;
+}
+
+static void set_sides(struct world *w, uint32_t a, uint32_t b)
+{
+    for (uint32_t i = 0; i < w->n; i++)
+        w->reps[i].side = i == a || i == b;
+    w->partitioned = 1;
+    w->res->partitions++;
+    sim__say(w, 1, "fault: partition {%u,%u} from the rest", a, b);
+}
+
+/* Amnesia in the minority, a compound fault (a switch cuts the leader and
+ * one follower off, then that follower's disk dies): the leader L and a
+ * follower A are cut off together, so A votes for slots L cannot choose
+ * yet; A loses its disk and restarts at once on the majority side, where
+ * it recovers; later L is joined by another replica B that never saw those
+ * slots. A recovery that forgets A's earlier votes lets L choose with
+ * them while the majority moves on without (mpx_recover.c, seed 66913).
+ * Steps: 0 cut {L, A}; 1 crash A empty; 2 cut {L, B}. */
+static void amnesia_step(struct world *w, uint32_t step)
+{
+    if (step == 0) {
+        uint32_t l = (uint32_t)(sim__rnd(w) % w->n), a;
+        for (uint32_t k = 0; k < w->n && !is_leader(w, l); k++)
+            l = (l + 1) % w->n;
+        if (!is_leader(w, l) || down_count(w) > 0)
+            return;
+        do
+            a = (uint32_t)(sim__rnd(w) % w->n);
+        while (a == l);
+        w->am_leader = l;
+        w->am_victim = a;
+        set_sides(w, l, a);
+        sim__at(w, sim__urange(w, 5 * MS, 40 * MS), EV_AMNESIA, a, w->reps[a].inc, 1, NULL);
+    } else if (step == 1) {
+        uint32_t a = w->am_victim;
+        if (!w->reps[a].up || down_count(w) >= w->f)
+            return;
+        sim__say(w, 1, "fault: crash replica %u (restart empty, on the other side)", a);
+        crash(w, a);
+        w->reps[a].side = 0;
+        w->res->crashes++;
+        w->res->empty_restarts++;
+        w->res->amnesias++;
+        sim__at(w, sim__urange(w, 1 * MS, 20 * MS), EV_RESTART, a, w->reps[a].inc, MPX_START_EMPTY,
+                NULL);
+        sim__at(w, sim__urange(w, 100 * MS, 400 * MS), EV_AMNESIA, a, 0, 2, NULL);
+    } else {
+        uint32_t b;
+        do
+            b = (uint32_t)(sim__rnd(w) % w->n);
+        while (b == w->am_leader || b == w->am_victim);
+        set_sides(w, w->am_leader, b);
+    }
+}
+
 static void on_fault(struct world *w)
 {
     uint64_t dice = sim__rnd(w) % 100;
@@ -466,6 +534,8 @@ static void on_fault(struct world *w)
         }
     } else if (dice < 88 && w->o->durable && w->o->proto == SIM_NOP) {
         crash_all(w);
+    } else if (dice >= 88 && dice < 94 && w->n >= 5) {
+        amnesia_step(w, 0);
     }
     if (w->now < w->fault_end)
         sim__at(w, sim__urange(w, 20 * MS, 300 * MS), EV_FAULT, 0, 0, 0, NULL);
@@ -718,6 +788,10 @@ static void dispatch(struct world *w, struct ev *e)
         break;
     case EV_HEAL:
         on_heal(w);
+        break;
+    case EV_AMNESIA:
+        if (!w->healed)
+            amnesia_step(w, (uint32_t)e->arg);
         break;
     default:
         abort();

@@ -62,6 +62,7 @@ struct sim_result {
     uint64_t failovers, oum_drops; /* NOPaxos: sequencer failovers, OUM drop notifications */
     uint64_t oum_fills;            /* NOPaxos: OUM numbers that carried a fill */
     uint64_t crash_alls;           /* durable NOPaxos: whole-group crashes */
+    uint64_t amnesias;             /* amnesia-in-the-minority faults (sim.c) */
     uint64_t vtime_ns;             /* virtual time at the end */
     double drop_p, dup_p;
 };

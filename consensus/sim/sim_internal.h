@@ -35,7 +35,7 @@ _Static_assert(SIM_DISK_SLOTS >= SIM_LOG_CAP && SIM_DISK_SLOTS >= SIM_NOP_LOG_CA
 #define SIM_LIVE_NS   (10000 * MS)
 #define SIM_SETTLE_NS (600 * MS)
 
-enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL };
+enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL, EV_AMNESIA };
 
 struct smsg {
     struct cons_addr from, to;
@@ -107,6 +107,8 @@ struct world {
      * time of its last OUM delivery, so each sees numbers in order. */
     uint32_t session;
     uint64_t msgnum, oum_last[CONS_REPLICAS_MAX];
+    /* The leader and victim of the amnesia-in-the-minority fault (sim.c). */
+    uint32_t am_leader, am_victim;
 };
 
 uint64_t sim__rnd(struct world *w);
