@@ -1,24 +1,27 @@
 /* flowkv-sim: runs the deterministic fault simulator over many seeds.
  *
- *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]
- *              [--ops N] [--fault-ms MS] [--durable] [--bug NAME] [--verbose]
- *              [--expect-failure]
+ *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]
+ *              [--seed S] [--seconds S] [--ops N] [--fault-ms MS] [--durable]
+ *              [--bug NAME] [--verbose] [--expect-failure]
  *
  * --seeds N runs seeds first..first+N-1 (default 1000 from 1) for each
- * protocol chosen (default both); --seed S runs one seed (replay) and
- * implies --verbose 1. --ops N sets operations per client (default 40) and
- * --fault-ms the virtual length of the fault phase (default 2000); clients
- * start no new operation after it. --durable runs NOPaxos replicas in
- * durable mode (nop.h) with whole-group crashes and slow disks (sim.h).
- * A failing seed prints its reason and the exact
- * command that replays it; the exit status is 1 when any seed failed.
- * --bug plants a known bug: apply-uncommitted, local-reads, no-merge,
- * stale-votes
- * (Multi-Paxos) or no-gap-agreement, follower-exec, restore-no-recovery,
- * reply-unpersisted (NOPaxos; the last implies --durable); with
- * --expect-failure the status is 0 only if some seed failed (the checkers
- * can fail), stopping at the first. Prints, per protocol, the wall and CPU
- * time, the fault mix and simulated client operations per CPU-second. */
+ * protocol chosen (default both); --first random starts at a seed drawn
+ * from /dev/urandom (printed, so a failure replays) and --seconds S stops
+ * starting seeds after S seconds of wall time (a fresh block sized to the
+ * time there is); --seed S runs one seed (replay) and implies --verbose 1.
+ * --ops N sets operations per client (default 40) and --fault-ms the
+ * virtual length of the fault phase (default 2000); clients start no new
+ * operation after it. --durable runs NOPaxos replicas in durable mode
+ * (nop.h) with whole-group crashes and slow disks (sim.h). A failing seed
+ * prints its reason and the exact command that replays it; the exit status
+ * is 1 when any seed failed. --bug plants a known bug: apply-uncommitted,
+ * local-reads, no-merge, stale-votes (Multi-Paxos) or no-gap-agreement,
+ * follower-exec, restore-no-recovery, reply-unpersisted (NOPaxos; the last
+ * implies --durable); with --expect-failure the status is 0 only if some
+ * seed failed (the checkers can fail), stopping at the first. A campaign
+ * prints a progress line every 15 s of wall time and ends, per protocol,
+ * with the wall and CPU time, the fault mix and simulated client
+ * operations per CPU-second. */
 #include "sim.h"
 
 #include "fk_error.h"
@@ -54,13 +57,16 @@ struct args {
     uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
     uint32_t bugs;
     const char *bug_name;
+    double seconds;      /* --seconds: stop starting seeds after this much wall time */
+    int random_first;    /* --first random: a fresh block of seeds */
+    int count_given;     /* --seeds given: with --seconds, an upper bound */
 };
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S] [--seed S]\n"
-                    "                  [--ops N] [--fault-ms MS] [--durable] [--bug NAME]\n"
-                    "                  [--verbose] [--expect-failure]\n"
+    fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]\n"
+                    "                  [--seed S] [--seconds S] [--ops N] [--fault-ms MS]\n"
+                    "                  [--durable] [--bug NAME] [--verbose] [--expect-failure]\n"
                     "bugs: apply-uncommitted, local-reads, no-merge, stale-votes (mpx);\n"
                     "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
                     "      reply-unpersisted (nop, durable)\n");
@@ -93,12 +99,16 @@ static int parse_args(int argc, char **argv, struct args *a)
                     strcmp(argv[i], "--expect-failure") != 0 && strcmp(argv[i], "--durable") != 0;
         if (strcmp(argv[i], "--seeds") == 0 && v) {
             a->count = strtoull(v, NULL, 10);
+            a->count_given = 1;
         } else if (strcmp(argv[i], "--fault-ms") == 0 && v) {
             a->fault_ms = strtoull(v, NULL, 10);
         } else if (strcmp(argv[i], "--ops") == 0 && v) {
             a->ops = (uint32_t)strtoul(v, NULL, 10);
         } else if (strcmp(argv[i], "--first") == 0 && v) {
+            a->random_first = strcmp(v, "random") == 0;
             a->first = strtoull(v, NULL, 10);
+        } else if (strcmp(argv[i], "--seconds") == 0 && v) {
+            a->seconds = strtod(v, NULL);
         } else if (strcmp(argv[i], "--seed") == 0 && v) {
             a->first = strtoull(v, NULL, 10);
             a->count = 1;
@@ -122,6 +132,8 @@ static int parse_args(int argc, char **argv, struct args *a)
         }
         i += takes;
     }
+    if (a->seconds > 0 && !a->count_given)
+        a->count = UINT64_C(1) << 40; /* bounded by the time alone */
     return a->count > 0 && a->protos && a->ops > 0 && a->ops <= 100000 && a->fault_ms <= 600000
                ? 0
                : -1;
@@ -150,13 +162,31 @@ static void add(struct totals *t, const struct sim_result *r)
     t->amnesias += r->amnesias;
 }
 
+/* How often a long campaign prints a progress line. */
+#define PROGRESS_NS (15ull * 1000000000ull)
+
 /* Runs the campaign for one protocol; returns the number of failed seeds. */
 static uint64_t campaign(const struct args *a, int proto, const char *argv0)
 {
     const char *pname = proto == SIM_NOP ? "nop" : "mpx";
     struct totals t = {0};
-    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns();
+    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns(), next_note = wall0 + PROGRESS_NS;
+    if (a->random_first || a->seconds > 0)
+        printf("flowkv-sim %s: seeds from %" PRIu64 "%s\n", pname, a->first,
+               a->seconds > 0 ? " while time allows" : "");
     for (uint64_t s = a->first; s < a->first + a->count; s++) {
+        uint64_t now = fk_now_ns();
+        if (a->seconds > 0 && (double)(now - wall0) / 1e9 >= a->seconds)
+            break;
+        if (now >= next_note && a->count > 1) {
+            /* Long campaigns speak: one line every PROGRESS_NS of wall time. */
+            printf("flowkv-sim %s: %" PRIu64 " seeds done", pname, t.ran);
+            if (a->seconds <= 0)
+                printf(" of %" PRIu64, a->count);
+            printf(", %" PRIu64 " failed, %.0f s\n", t.failed, (double)(now - wall0) / 1e9);
+            fflush(stdout);
+            next_note = now + PROGRESS_NS;
+        }
         struct sim_opts o = {.seed = s,
                              .proto = proto,
                              .bugs = a->bugs,
@@ -201,11 +231,28 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
     return t.failed;
 }
 
+/* --first random: a block of seeds no run has chosen on purpose, below
+ * 2^48 so the printed replay commands stay short. */
+static int random_first(struct args *a)
+{
+    FILE *f = fopen("/dev/urandom", "rb");
+    uint64_t x = 0;
+    int ok = f && fread(&x, sizeof x, 1, f) == 1;
+    if (f)
+        fclose(f);
+    a->first = (x >> 16) | 1;
+    return ok ? 0 : -1;
+}
+
 int main(int argc, char **argv)
 {
     struct args a = {0};
     if (parse_args(argc, argv, &a) < 0) {
         usage();
+        return 2;
+    }
+    if (a.random_first && random_first(&a) < 0) {
+        fprintf(stderr, "flowkv-sim: cannot read /dev/urandom\n");
         return 2;
     }
     uint64_t failed = 0;
