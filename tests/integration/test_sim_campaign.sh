@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The short simulation campaign of `make test`: 1,000 faulty seeds of
+# The simulation campaign of `make test`: 1,000 faulty seeds of
 # Multi-Paxos, 1,000 of NOPaxos (replicas restart with their disk or
 # empty) and 500 of NOPaxos in durable mode (whole-group crashes, restarts
-# from disk) must all pass, and each planted bug must be caught by the
-# checkers (proof that they can fail). `make sim SEEDS=N` runs longer ones.
+# from disk) must all pass, then the regression seeds, then a fresh random
+# block of each for about two minutes in all; each planted bug must be
+# caught by the checkers (proof that they can fail). `make sim SEEDS=N` and
+# `make sim-long` run longer ones.
 set -u
 . "$(dirname "$0")/../lib.sh"
 sim=${BUILD:-build}/bin/flowkv-sim
@@ -33,9 +35,42 @@ else
         "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
 fi
 
+# Regression seeds: each failed once and was fixed in the core (the cause
+# is in the commit that fixed it and at the fixed code).
+#   mpx 66913: votes of a replica that lost its disk were counted with
+#              votes cast after its recovery (consensus/mpx_recover.c).
+regressions=("mpx 66913")
+for reg in "${regressions[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $reg
+    out=$("$sim" --proto "$1" --seed "$2" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] && grep -q "$1.*: 1 seeds.* 0 failed" <<<"$out"; then
+        t_ok "regression seed $1 $2 passes"
+    else
+        t_fail "regression seed $1 $2 passes" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
+    fi
+done
+
+# Fresh seeds every run: a block from /dev/urandom per protocol, as many as
+# fit in SIM_FRESH_SECONDS each (about two minutes in all). The first seed
+# is printed, and a failure prints its replay command.
+fresh=${SIM_FRESH_SECONDS:-40}
+for args in "--proto mpx" "--proto nop" "--proto nop --durable"; do
+    # shellcheck disable=SC2086
+    out=$("$sim" $args --first random --seconds "$fresh" 2>&1)
+    rc=$?
+    echo "$out" | grep -v "seeds done" | tail -n 4
+    if [ $rc -eq 0 ] && grep -qE ": [0-9]+ seeds .* 0 failed" <<<"$out"; then
+        t_ok "fresh seeds pass ($args): $(grep -m1 "seeds from" <<<"$out" | sed 's/.*: //')"
+    else
+        t_fail "fresh seeds pass ($args)" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
+    fi
+done
+
 # reply-unpersisted runs in durable mode (the option implies --durable).
-for bug in apply-uncommitted local-reads no-merge no-gap-agreement follower-exec restore-no-recovery \
-    reply-unpersisted; do
+for bug in apply-uncommitted local-reads no-merge stale-votes no-gap-agreement follower-exec \
+    restore-no-recovery reply-unpersisted; do
     out=$("$sim" --seeds 1000 --bug "$bug" --expect-failure 2>&1)
     rc=$?
     if [ $rc -eq 0 ] && grep -q "replay: .* --seed [0-9]* .*--bug $bug" <<<"$out"; then
