@@ -898,8 +898,11 @@ static int source_init(flow_source *s)
 uint32_t flow_source_live(const flow_source *s)
 {
     _Static_assert(FLOW_TARGETS_MAX <= 32, "a live mask is 32 bits");
-    uint32_t live = 0;
-    for (uint32_t k = 0; k < s->desc.ntargets; k++)
+    uint32_t live = 0, n = s->desc.ntargets;
+    assert(n <= FLOW_TARGETS_MAX);
+    /* The min bounds the loop by the array for the compiler too (UBSan's
+     * -Warray-bounds cannot see the descriptor's invariant). */
+    for (uint32_t k = 0; k < n && k < FLOW_TARGETS_MAX; k++)
         live |= (uint32_t)(s->t[k].state == 1) << k;
     return live;
 }

@@ -8,10 +8,12 @@
 #include "fk_log.h"
 #include "fk_time.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 void fab_config_default(struct fab_config *cfg)
@@ -181,11 +183,45 @@ int fab_node_has_mcast(const fab_node *node)
     return node->has_mcast;
 }
 
+/* Entering bumps handlers_busy before loading the handlers; setting
+ * stores the handlers before reading handlers_busy. Both sequentially
+ * consistent (the store-load pattern of Dekker's algorithm): either the
+ * invocation sees the new handlers, or the setter sees it busy and waits
+ * for it to end. */
+struct fab__handlers fab__handler_enter(fab_node *n)
+{
+    __atomic_add_fetch(&n->handlers_busy, 1, __ATOMIC_SEQ_CST);
+    struct fab__handlers h = {
+        .call = __atomic_load_n(&n->call_fn, __ATOMIC_SEQ_CST),
+        .close = __atomic_load_n(&n->close_fn, __ATOMIC_SEQ_CST),
+        .data = __atomic_load_n(&n->handler_data, __ATOMIC_SEQ_CST),
+    };
+    return h;
+}
+
+void fab__handler_exit(fab_node *n)
+{
+    __atomic_sub_fetch(&n->handlers_busy, 1, __ATOMIC_SEQ_CST);
+}
+
 void fab_node_set_handlers(fab_node *node, fab_call_fn call, fab_close_fn on_close, void *data)
 {
-    __atomic_store_n(&node->handler_data, data, __ATOMIC_RELEASE);
-    __atomic_store_n(&node->close_fn, on_close, __ATOMIC_RELEASE);
-    __atomic_store_n(&node->call_fn, call, __ATOMIC_RELEASE);
+    __atomic_store_n(&node->call_fn, NULL, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&node->close_fn, NULL, __ATOMIC_SEQ_CST);
+    /* Quiesce: a handler the progress thread (or a waiting thread, tcp)
+     * started with the old handlers may still read the old data, e.g. a
+     * memory region flow_node_destroy is about to deregister. Bounded: a
+     * handler is a short, non-blocking call. */
+    for (unsigned spins = 0; __atomic_load_n(&node->handlers_busy, __ATOMIC_SEQ_CST) != 0;
+         spins++) {
+        if (spins < 1000)
+            sched_yield();
+        else
+            nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    }
+    __atomic_store_n(&node->handler_data, data, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&node->close_fn, on_close, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&node->call_fn, call, __ATOMIC_SEQ_CST);
 }
 
 int fab_mr_reg(fab_node *node, void *addr, size_t len, fab_mr **out)

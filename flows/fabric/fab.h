@@ -171,7 +171,10 @@ const char *fab_node_addr(const fab_node *node);
 const char *fab_node_backend(const fab_node *node);
 
 /* Installs the control message and close handlers (NULL to remove). Call
- * before peers connect; any thread. */
+ * before peers connect; any thread but one running a handler of this node.
+ * Returns only once no invocation of the previous handlers is under way
+ * (it waits for the progress thread to finish one), so the caller may then
+ * free what the old handlers use, such as memory regions they look up. */
 void fab_node_set_handlers(fab_node *node, fab_call_fn call, fab_close_fn on_close, void *data);
 
 /* ---- memory ---------------------------------------------------------------- */

@@ -84,9 +84,10 @@ int fab__serve_call(fab_node *n, struct fab__auth *a, uint64_t peer_id, const vo
             return FK_EAUTH;
         }
     }
-    fab_call_fn fn = __atomic_load_n(&n->call_fn, __ATOMIC_ACQUIRE);
-    void *data = __atomic_load_n(&n->handler_data, __ATOMIC_ACQUIRE);
-    return fn != NULL ? fn(data, peer_id, req, len, resp, cap) : FK_EINVAL;
+    struct fab__handlers h = fab__handler_enter(n);
+    int rc = h.call != NULL ? h.call(h.data, peer_id, req, len, resp, cap) : FK_EINVAL;
+    fab__handler_exit(n);
+    return rc;
 }
 
 int fab__auth_dial(fab_conn *conn, uint64_t timeout_ns)

@@ -57,8 +57,21 @@ struct fab_node {
     fab_call_fn call_fn;
     fab_close_fn close_fn;
     void *handler_data;
-    uint64_t registered; /* bytes, atomic */
+    uint32_t handlers_busy; /* handler invocations under way, atomic (fab.c) */
+    uint64_t registered;    /* bytes, atomic */
 };
+
+/* A handler invocation: fab__handler_enter marks the node busy and loads
+ * the handlers (either may be NULL); fab__handler_exit ends it. While any
+ * invocation is under way, fab_node_set_handlers waits, so that after it
+ * returns no old handler runs and its data may be freed. */
+struct fab__handlers {
+    fab_call_fn call;
+    fab_close_fn close;
+    void *data;
+};
+struct fab__handlers fab__handler_enter(fab_node *n);
+void fab__handler_exit(fab_node *n);
 
 struct fab_mr {
     fab_node *node;

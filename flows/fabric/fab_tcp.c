@@ -569,10 +569,10 @@ static void on_peer_closed(uv_handle_t *h)
     if (p->next != NULL)
         p->next->prev = p->prev;
     hot_forget(n, p);
-    fab_close_fn fn = __atomic_load_n(&n->base.close_fn, __ATOMIC_ACQUIRE);
-    void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
-    if (fn != NULL && !uv_is_closing((uv_handle_t *)&n->stop))
-        fn(data, p->id);
+    struct fab__handlers hs = fab__handler_enter(&n->base);
+    if (hs.close != NULL && !uv_is_closing((uv_handle_t *)&n->stop))
+        hs.close(hs.data, p->id);
+    fab__handler_exit(&n->base);
     free(p);
 }
 

@@ -588,10 +588,10 @@ static void peer_free(struct vb_peer *p, int notify)
     if (p->next != NULL)
         p->next->prev = p->prev;
     if (notify && p->established) {
-        fab_close_fn fn = __atomic_load_n(&n->base.close_fn, __ATOMIC_ACQUIRE);
-        void *data = __atomic_load_n(&n->base.handler_data, __ATOMIC_ACQUIRE);
-        if (fn != NULL)
-            fn(data, p->num);
+        struct fab__handlers h = fab__handler_enter(&n->base);
+        if (h.close != NULL)
+            h.close(h.data, p->num);
+        fab__handler_exit(&n->base);
     }
     if (p->qp != NULL)
         ibv_destroy_qp(p->qp);

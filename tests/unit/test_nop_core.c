@@ -237,7 +237,7 @@ static struct cons_op put(uint64_t req, const char *val)
 /* Request i: a put of key k to the decimal i, client 5's request i. */
 static void multicast_put(struct group *g, int i)
 {
-    char v[8];
+    char v[12]; /* any int, sign included */
     snprintf(v, sizeof v, "%d", i);
     struct cons_op op = put((uint64_t)i, v);
     multicast(g, &op, 0);
