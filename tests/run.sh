@@ -18,13 +18,6 @@ if [ "${1:-}" = "-t" ]; then
 fi
 logdir=${TEST_LOG_DIR:-build/test-logs}
 mkdir -p "$logdir"
-# Under ThreadSanitizer (make tsan): its suppressions file, which says why
-# each entry cannot be a real fault. Exported so that programs the shell
-# tests start (and the Soft-RoCE guest, through the environment) see it.
-if [ "${SAN:-}" = thread ]; then
-    TSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp ${TSAN_OPTIONS:-}"
-    export TSAN_OPTIONS
-fi
 
 total_pass=0
 total_fail=0

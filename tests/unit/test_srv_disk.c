@@ -2,7 +2,11 @@
  * (kv_store) under /tmp with the LMDB state machine (kv_sm) and srv_disk
  * persisting the core's items, driven in-process on a lossless FIFO network
  * (no sockets). Each replica keeps one write transaction open per round of
- * deliveries, like the server's batch; a "kill" closes the store without
+ * deliveries, like the server's batch, and owns a thread that makes every
+ * LMDB call on its environment, as each server process owns one (the main
+ * thread hands it a step and waits: one thread holds at most one
+ * environment's locks, so ThreadSanitizer sees no lock-order cycle between
+ * environments); a "kill" closes the store without
  * committing it. Multi-Paxos and NOPaxos replicas restart from their disks
  * (RESTORED) or from an empty directory (EMPTY) and must end with the same
  * data database as the leader; a whole Multi-Paxos group restarts and every
@@ -19,6 +23,7 @@
 #include "nop.h"
 #include "srv_disk.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -103,8 +108,102 @@ static void nop_cfg(struct group *g, uint32_t i, struct nop_config *c)
 
 static void drain(struct group *g, uint32_t i, struct cons_outbox *ob);
 
+/* ---- one thread per replica ------------------------------------------ */
+
+/* Replica i's thread runs one call at a time for the main thread, which
+ * waits for it: the test stays sequential, each environment is touched by
+ * one thread only. Created per group (the harness forks each test). */
+struct worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    void (*fn)(void *arg);
+    void *arg;
+    int pending, quit;
+};
+
+static struct worker workers[N];
+static __thread int this_worker = -1;
+
+static void *worker_main(void *p)
+{
+    struct worker *w = p;
+    this_worker = (int)(w - workers);
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->pending && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->pending) {
+            pthread_mutex_unlock(&w->mu);
+            w->fn(w->arg);
+            pthread_mutex_lock(&w->mu);
+            w->pending = 0;
+            pthread_cond_broadcast(&w->cv);
+        } else {
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Runs fn(arg) on replica i's thread and returns when it is done (at once
+ * when already there: a step that flushes or kills its own replica). */
+static void on_rep(uint32_t i, void (*fn)(void *arg), void *arg)
+{
+    if (this_worker == (int)i) {
+        fn(arg);
+        return;
+    }
+    struct worker *w = &workers[i];
+    pthread_mutex_lock(&w->mu);
+    w->fn = fn;
+    w->arg = arg;
+    w->pending = 1;
+    pthread_cond_broadcast(&w->cv);
+    while (w->pending)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void workers_start(void)
+{
+    for (uint32_t i = 0; i < N; i++) {
+        struct worker *w = &workers[i];
+        memset(w, 0, sizeof *w);
+        CHECK_OK(pthread_mutex_init(&w->mu, NULL));
+        CHECK_OK(pthread_cond_init(&w->cv, NULL));
+        CHECK_OK(pthread_create(&w->thread, NULL, worker_main, w));
+    }
+}
+
+static void workers_stop(void)
+{
+    for (uint32_t i = 0; i < N; i++) {
+        struct worker *w = &workers[i];
+        pthread_mutex_lock(&w->mu);
+        w->quit = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        CHECK_OK(pthread_join(w->thread, NULL));
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+    }
+}
+
+/* A call on replica i's thread: the group, the replica, its arguments. */
+struct rep_call {
+    struct group *g;
+    uint32_t i;
+    const struct cons_input *in;
+    int fresh, result;
+    void *buf;
+    size_t cap, len;
+    uint64_t a, b;
+};
+
 /* One input to replica i inside its open transaction. */
-static void step(struct group *g, uint32_t i, const struct cons_input *in)
+static void step_here(struct group *g, uint32_t i, const struct cons_input *in)
 {
     struct rep *r = &g->r[i];
     struct cons_outbox *ob;
@@ -119,8 +218,20 @@ static void step(struct group *g, uint32_t i, const struct cons_input *in)
     drain(g, i, ob);
 }
 
+static void step_call(void *p)
+{
+    struct rep_call *c = p;
+    step_here(c->g, c->i, c->in);
+}
+
+static void step(struct group *g, uint32_t i, const struct cons_input *in)
+{
+    struct rep_call c = {.g = g, .i = i, .in = in};
+    on_rep(i, step_call, &c);
+}
+
 /* Ends replica i: the open transaction is dropped, as in a crash. */
-static void kill_rep(struct group *g, uint32_t i)
+static void kill_here(struct group *g, uint32_t i)
 {
     struct rep *r = &g->r[i];
     CHECK(r->up);
@@ -133,6 +244,18 @@ static void kill_rep(struct group *g, uint32_t i)
     r->disk = NULL;
     r->store = NULL;
     r->up = r->txn = 0;
+}
+
+static void kill_call(void *p)
+{
+    struct rep_call *c = p;
+    kill_here(c->g, c->i);
+}
+
+static void kill_rep(struct group *g, uint32_t i)
+{
+    struct rep_call c = {.g = g, .i = i};
+    on_rep(i, kill_call, &c);
 }
 
 static void enqueue(struct group *g, uint32_t to, struct cons_addr from, const uint8_t *buf,
@@ -205,7 +328,7 @@ static void begin(struct rep *r)
 }
 
 /* The batch boundary: commit, open the next transaction, report durable. */
-static void flush(struct group *g, uint32_t i)
+static void flush_here(struct group *g, uint32_t i)
 {
     struct rep *r = &g->r[i];
     uint64_t durable;
@@ -227,6 +350,18 @@ static void flush(struct group *g, uint32_t i)
     }
 }
 
+static void flush_call(void *p)
+{
+    struct rep_call *c = p;
+    flush_here(c->g, c->i);
+}
+
+static void flush(struct group *g, uint32_t i)
+{
+    struct rep_call c = {.g = g, .i = i};
+    on_rep(i, flush_call, &c);
+}
+
 static void open_store(struct group *g, uint32_t i)
 {
     struct rep *r = &g->r[i];
@@ -240,7 +375,7 @@ static void open_store(struct group *g, uint32_t i)
 
 /* Boots replica i from its directory; fresh: a member of a new group.
  * Returns whether srv_disk restored a META record. */
-static int boot(struct group *g, uint32_t i, int fresh)
+static int boot_here(struct group *g, uint32_t i, int fresh)
 {
     struct rep *r = &g->r[i];
     struct cons_outbox *ob;
@@ -278,6 +413,80 @@ static int boot(struct group *g, uint32_t i, int fresh)
     if (r->up)
         flush(g, i);
     return restored;
+}
+
+static void boot_call(void *p)
+{
+    struct rep_call *c = p;
+    c->result = boot_here(c->g, c->i, c->fresh);
+}
+
+static int boot(struct group *g, uint32_t i, int fresh)
+{
+    struct rep_call c = {.g = g, .i = i, .fresh = fresh};
+    on_rep(i, boot_call, &c);
+    return c.result;
+}
+
+/* Test-body reads of replica i's environment, on its thread too. */
+static void snapshot_call(void *p)
+{
+    struct rep_call *c = p;
+    struct cons_sm sm = kv_sm_cons(&c->g->r[c->i].sm);
+    c->result = sm.ops->snapshot(sm.impl, c->buf, c->cap, &c->len);
+}
+
+/* kv_sm's snapshot of replica i's data database (every pair, in order). */
+static int data_of(struct group *g, uint32_t i, void *buf, size_t cap, size_t *len)
+{
+    struct rep_call c = {.g = g, .i = i, .buf = buf, .cap = cap};
+    on_rep(i, snapshot_call, &c);
+    *len = c.len;
+    return c.result;
+}
+
+static void snap_index_call(void *p)
+{
+    struct rep_call *c = p;
+    uint64_t idx = 0;
+    size_t len;
+    int rc = kv_meta_get(c->g->r[c->i].store, SRV_DISK_SNAP_INDEX_KEY, &idx, sizeof idx, &len);
+    c->a = rc == 0 && len == sizeof idx ? idx : 0;
+}
+
+static uint64_t snap_index_on_disk(struct group *g, uint32_t i)
+{
+    struct rep_call c = {.g = g, .i = i};
+    on_rep(i, snap_index_call, &c);
+    return c.a;
+}
+
+static void log_bounds_call(void *p)
+{
+    struct rep_call *c = p;
+    c->result = kv_log_bounds(c->g->r[c->i].store, &c->a, &c->b);
+}
+
+static int log_bounds(struct group *g, uint32_t i, uint64_t *first, uint64_t *last)
+{
+    struct rep_call c = {.g = g, .i = i};
+    on_rep(i, log_bounds_call, &c);
+    *first = c.a;
+    *last = c.b;
+    return c.result;
+}
+
+static void stats_call(void *p)
+{
+    struct rep_call *c = p;
+    c->result = kv_store_stats(c->g->r[c->i].store, c->buf);
+}
+
+static int store_stats(struct group *g, uint32_t i, struct kv_store_stats *st)
+{
+    struct rep_call c = {.g = g, .i = i, .buf = st};
+    on_rep(i, stats_call, &c);
+    return c.result;
 }
 
 /* ---- the network and time --------------------------------------------- */
@@ -329,6 +538,7 @@ static void group_init(struct group *g, int nop)
         snprintf(g->r[i].dir, sizeof g->r[i].dir, "%s/r%u", g->root, i);
         g->r[i].map_size = 64ull << 20;
     }
+    workers_start();
 }
 
 static void start_fresh(struct group *g, int nop)
@@ -356,6 +566,7 @@ static void stop(struct group *g)
         g->qhead = (g->qhead + 1) % QCAP;
         g->qlen--;
     }
+    workers_stop();
     wipe_dir(g->root);
 }
 
@@ -475,9 +686,8 @@ static void same_data(struct group *g, uint32_t a, uint32_t b)
     CHECK_EQ_U64(applied_of(g, a), applied_of(g, b));
     CHECK(applied_of(g, a) > 0);
     size_t lx, ly;
-    struct cons_sm sa = kv_sm_cons(&g->r[a].sm), sb = kv_sm_cons(&g->r[b].sm);
-    CHECK_OK(sa.ops->snapshot(sa.impl, x, sizeof x, &lx));
-    CHECK_OK(sb.ops->snapshot(sb.impl, y, sizeof y, &ly));
+    CHECK_OK(data_of(g, a, x, sizeof x, &lx));
+    CHECK_OK(data_of(g, b, y, sizeof y, &ly));
     CHECK_MSG(lx == ly && memcmp(x, y, lx) == 0, "replicas %u and %u hold different data", a, b);
     uint32_t count;
     memcpy(&count, x, 4);
@@ -502,14 +712,6 @@ static int leader(struct group *g)
     return -1;
 }
 
-static uint64_t snap_index_on_disk(struct rep *r)
-{
-    uint64_t idx = 0;
-    size_t len;
-    int rc = kv_meta_get(r->store, SRV_DISK_SNAP_INDEX_KEY, &idx, sizeof idx, &len);
-    return rc == 0 && len == sizeof idx ? idx : 0;
-}
-
 /* ---- Multi-Paxos ---------------------------------------------------------- */
 
 TEST(mpx_follower_killed_restores_and_catches_up)
@@ -519,11 +721,11 @@ TEST(mpx_follower_killed_restores_and_catches_up)
     int l = leader(&g);
     uint32_t f = (uint32_t)(l + 1) % N;
     puts_n(&g, 30);
-    CHECK(snap_index_on_disk(&g.r[f]) > 0); /* compaction reached the disk */
+    CHECK(snap_index_on_disk(&g, f) > 0); /* compaction reached the disk */
     uint64_t first, last;
-    CHECK_OK(kv_log_bounds(g.r[f].store, &first, &last));
-    CHECK(first > snap_index_on_disk(&g.r[f])); /* the snapshot trimmed the log */
-    kill_rep(&g, f);                            /* its open transaction is lost */
+    CHECK_OK(log_bounds(&g, f, &first, &last));
+    CHECK(first > snap_index_on_disk(&g, f)); /* the snapshot trimmed the log */
+    kill_rep(&g, f);                          /* its open transaction is lost */
     puts_n(&g, 20);
     CHECK_EQ_I64(boot(&g, f, 0), 1);
     struct srv_disk_stats st;
@@ -584,13 +786,13 @@ TEST(mpx_restart_before_first_snapshot_replays_from_empty_state)
     CHECK_OK(put(&g, 0, "later", 400));
     rounds(&g, 20);
     for (uint32_t i = 0; i < N; i++) {
-        CHECK_EQ_U64(snap_index_on_disk(&g.r[i]), 0);
+        CHECK_EQ_U64(snap_index_on_disk(&g, i), 0);
         kill_rep(&g, i);
     }
     for (uint32_t i = 0; i < N; i++) {
         CHECK_EQ_I64(boot(&g, i, 0), 1);
         struct kv_store_stats st; /* srv_disk_open emptied the data database */
-        CHECK_OK(kv_store_stats(g.r[i].store, &st));
+        CHECK_OK(store_stats(&g, i, &st));
         CHECK_EQ_U64(st.data_entries, 0);
     }
     g.client = CLIENT + 1;
@@ -677,7 +879,7 @@ TEST(nop_follower_and_leader_restart_from_disk)
     uint32_t f = (uint32_t)(l + 1) % N;
     puts_n(&g, 80); /* a snapshot reaches the disk once a ring (64) of entries did */
     rounds(&g, 10);
-    CHECK(snap_index_on_disk(&g.r[f]) > 0);
+    CHECK(snap_index_on_disk(&g, f) > 0);
     kill_rep(&g, f);
     puts_n(&g, 10);
     CHECK_EQ_I64(boot(&g, f, 0), 1);
@@ -730,8 +932,7 @@ TEST(nop_disks_hold_committed_prefix_after_group_crash)
     puts_n(&g, 37);
     rounds(&g, 20); /* sync: every replica commits and persists */
     size_t lb, la;
-    struct cons_sm s = kv_sm_cons(&g.r[l].sm);
-    CHECK_OK(s.ops->snapshot(s.impl, before, sizeof before, &lb));
+    CHECK_OK(data_of(&g, (uint32_t)l, before, sizeof before, &lb));
     uint64_t exec = applied_of(&g, (uint32_t)l);
     for (uint32_t i = 0; i < N; i++)
         kill_rep(&g, i);
@@ -740,8 +941,7 @@ TEST(nop_disks_hold_committed_prefix_after_group_crash)
         struct nop_stat st;
         nop_status(g.r[i].nop, &st);
         CHECK_EQ_U64(st.executed, exec);
-        s = kv_sm_cons(&g.r[i].sm);
-        CHECK_OK(s.ops->snapshot(s.impl, after, sizeof after, &la));
+        CHECK_OK(data_of(&g, i, after, sizeof after, &la));
         CHECK(la == lb && memcmp(before, after, la) == 0);
     }
     stop(&g);
@@ -817,6 +1017,7 @@ TEST(api_misuse_and_full_map)
     srv_disk_close(d);
     kv_store_close(r->store);
     r->store = NULL;
+    workers_stop();
     wipe_dir(g.root);
 }
 
