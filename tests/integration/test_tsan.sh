@@ -5,7 +5,8 @@
 # progress thread, waiting threads and several nodes per process on the tcp
 # fabric, and the rest would report a race in anything they share. Each
 # program must pass with no ThreadSanitizer report; nothing is suppressed.
-# `make tsan` runs the whole suite, the Soft-RoCE tier included, under the same sanitizer.
+# `make tsan` runs the whole suite, the Soft-RoCE tier included, under the
+# same sanitizer.
 set -u
 . "$(dirname "$0")/../lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
