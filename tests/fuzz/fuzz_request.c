@@ -118,6 +118,14 @@ static void accepted(struct cons_rbuf *r, struct cons_wbuf *w)
     }
 }
 
+/* A crash vector of a group of three that never lost a disk (mpx_recover.c). */
+static void fresh_cv(struct cons_wbuf *w)
+{
+    cons_w_u8(w, 3);
+    for (int p = 0; p < 3; p++)
+        cons_w_u64(w, 0);
+}
+
 /* What a healthy Multi-Paxos follower answers replica 0's message with. */
 static void answer_mpx(struct node *n, const struct cons_out_msg *m, uint32_t from)
 {
@@ -133,13 +141,15 @@ static void answer_mpx(struct node *n, const struct cons_out_msg *m, uint32_t fr
         cons_w_u8(&w, 1);
     } else if (h.type == MPX_PREPARE) {
         cons_wire_begin(&w, CONS_PROTO_MPX, MPX_PROMISE, from, h.term);
+        fresh_cv(&w);
         cons_w_u64(&w, 0); /* snapshot index */
         cons_w_u64(&w, 0); /* commit */
         cons_w_u32(&w, 0); /* nothing accepted */
     } else if (h.type == MPX_ACCEPT) {
         cons_wire_begin(&w, CONS_PROTO_MPX, MPX_ACCEPTED, from, h.term);
+        fresh_cv(&w);
         accepted(&r, &w);
-        if (w.len == sizeof h + 4)
+        if (w.len == sizeof h + MPX_CV_BYTES(3) + 4)
             return; /* nothing to acknowledge */
     } else {
         return; /* COMMIT, CATCHUP, ...: nothing to say */
