@@ -455,7 +455,11 @@ void mpx_invariants(const struct mpx *r)
     assert(r->durable <= r->next_cookie);
     assert(r->held_n <= MPX_HELD_MAX);
     assert(r->pend_n <= r->cfg.pending_max);
+    /* The crash vector's own entry is this incarnation's generation; a
+     * replica that has recovered never proposes at another's ballot. */
+    assert(r->role == MPX_RECOVERING || r->known[r->cfg.id] == r->gen);
     if (r->role == MPX_LEADER) {
+        assert((r->promised >> 8 & MPX_GEN_MASK) == (r->gen & MPX_GEN_MASK));
         assert(r->promised % 256 == r->cfg.id && r->leader == r->cfg.id);
         assert(r->next_index > r->commit && r->next_index <= r->snap_index + r->cfg.log_cap + 1);
     } else {
