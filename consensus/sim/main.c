@@ -57,9 +57,9 @@ struct args {
     uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
     uint32_t bugs;
     const char *bug_name;
-    double seconds;      /* --seconds: stop starting seeds after this much wall time */
-    int random_first;    /* --first random: a fresh block of seeds */
-    int count_given;     /* --seeds given: with --seconds, an upper bound */
+    double seconds;   /* --seconds: stop starting seeds after this much wall time */
+    int random_first; /* --first random: a fresh block of seeds */
+    int count_given;  /* --seeds given: with --seconds, an upper bound */
 };
 
 static void usage(void)
