@@ -116,9 +116,9 @@ static int prop_choice(const struct ycsb_props *p, const char *name, const char 
     return FK_EINVAL;
 }
 
-/* Picks endpoint number pick % n of the comma-separated list and builds the
- * four URLs. */
-static int set_urls(struct ctx *c, const char *list, int32_t pick, char *err, size_t errlen)
+/* Picks endpoint number pick % n of the comma-separated list. */
+static int pick_endpoint(struct ycsb_etcd_opts *o, const char *list, int32_t pick, char *err,
+                         size_t errlen)
 {
     int32_t n = 1;
     for (const char *s = list; *s; s++)
@@ -134,24 +134,24 @@ static int set_urls(struct ctx *c, const char *list, int32_t pick, char *err, si
                  (int)strcspn(e, ","), e);
         return FK_EINVAL;
     }
-    for (int p = 0; p < PATH__COUNT; p++) {
-        int w = snprintf(c->url[p], sizeof c->url[p], "%.*s%s", (int)len, e, path_name[p]);
-        if (w < 0 || (size_t)w >= sizeof c->url[p]) {
-            snprintf(err, errlen, "etcd.endpoints: URL longer than %d bytes", YCSB_ETCD_URL_MAX);
-            return FK_EINVAL;
-        }
+    if (len + 32 > sizeof o->endpoint) { /* room for the longest gateway path */
+        snprintf(err, errlen, "etcd.endpoints: URL longer than %d bytes", YCSB_ETCD_URL_MAX - 32);
+        return FK_EINVAL;
     }
+    memcpy(o->endpoint, e, len);
+    o->endpoint[len] = '\0';
     return 0;
 }
 
-static int read_props(struct ctx *c, const struct ycsb_props *props, int32_t tid, char *err,
-                      size_t errlen)
+int ycsb_etcd_opts_read(struct ycsb_etcd_opts *o, const struct ycsb_props *props, int32_t tid,
+                        char *err, size_t errlen)
 {
-    int rc = ycsb_conf_parse(&c->conf, props, err, errlen);
+    memset(o, 0, sizeof *o);
+    int rc = ycsb_conf_parse(&o->conf, props, err, errlen);
     long tries = 0;
     int balance = 0, serializable = 0;
     if (rc == 0)
-        rc = prop_long(props, "etcd.timeout_ms", 10000, 1, 3600000, &c->timeout_ms, err, errlen);
+        rc = prop_long(props, "etcd.timeout_ms", 10000, 1, 3600000, &o->timeout_ms, err, errlen);
     if (rc == 0)
         rc = prop_long(props, "etcd.update_tries", 10, 1, 1000, &tries, err, errlen);
     if (rc == 0)
@@ -160,12 +160,29 @@ static int read_props(struct ctx *c, const struct ycsb_props *props, int32_t tid
         rc = prop_choice(props, "etcd.serializable", "false", "true", &serializable, err, errlen);
     if (rc < 0)
         return rc;
-    c->update_tries = (int32_t)tries;
-    c->serializable = serializable;
+    o->update_tries = (int32_t)tries;
+    o->serializable = serializable;
     const char *list = ycsb_props_get(props, "etcd.endpoints");
     if (list == NULL || *list == '\0')
         list = "http://127.0.0.1:2379";
-    return set_urls(c, list, balance ? tid : 0, err, errlen);
+    return pick_endpoint(o, list, balance ? tid : 0, err, errlen);
+}
+
+/* The gateway's four URLs: the endpoint and each path. */
+static int read_props(struct ctx *c, const struct ycsb_props *props, int32_t tid, char *err,
+                      size_t errlen)
+{
+    struct ycsb_etcd_opts o;
+    int rc = ycsb_etcd_opts_read(&o, props, tid, err, errlen);
+    if (rc < 0)
+        return rc;
+    c->conf = o.conf;
+    c->timeout_ms = o.timeout_ms;
+    c->update_tries = o.update_tries;
+    c->serializable = o.serializable;
+    for (int p = 0; p < PATH__COUNT; p++)
+        snprintf(c->url[p], sizeof c->url[p], "%s%s", o.endpoint, path_name[p]);
+    return 0;
 }
 
 /* ---- setup -------------------------------------------------------------------- */
@@ -709,8 +726,8 @@ static int etcd_poll(void *ctx, struct ycsb_done *done, int max, int64_t timeout
     }
 }
 
-const struct ycsb_binding ycsb_etcd_binding = {
-    .name = "etcd",
+const struct ycsb_binding ycsb_etcd_json_binding = {
+    .name = "etcd-json",
     .open = etcd_open,
     .close = etcd_close,
     .submit = etcd_submit,

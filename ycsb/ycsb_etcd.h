@@ -1,8 +1,23 @@
 /*
- * ycsb_etcd.h: the etcd binding of flowkv-ycsb (-db etcd), through etcd's
- * v3 JSON gateway (grpc-gateway: HTTP/1.1 POST of JSON to /v3/kv/..., keys
- * and values base64), with libcurl's multi interface so that one runner
- * thread keeps flowkv.pipeline requests in flight (issue 7, item 5).
+ * ycsb_etcd.h: the etcd bindings of flowkv-ycsb.
+ *
+ *  -db etcd       etcd's native v3 gRPC API (ycsb_etcd_grpc.c): gRPC's C
+ *                 core (Debian's libgrpc) on a completion queue, so one
+ *                 runner thread keeps flowkv.pipeline calls in flight on one
+ *                 HTTP/2 connection, messages encoded by protobuf-c from
+ *                 ycsb/etcd/etcd_kv.proto (a subset of etcd's rpc.proto).
+ *                 This is how etcd's own clients (etcdctl, jetcd, clientv3)
+ *                 talk to it, and what every benchmark compares against.
+ *  -db etcd-json  etcd's v3 JSON gateway (grpc-gateway: HTTP/1.1 POST of
+ *                 JSON to /v3/kv/..., keys and values base64), with
+ *                 libcurl's multi interface (ycsb_etcd.c). The gateway
+ *                 translates JSON to gRPC inside the etcd member, which on
+ *                 a small machine costs etcd about three times the CPU per
+ *                 operation: kept to show that difference, not as a baseline.
+ *
+ * Both do the same operations with the same results; the paths below are
+ * the gateway's, the gRPC methods /etcdserverpb.KV/Range, Put, DeleteRange
+ * and Txn carry the same messages.
  *
  * Operations, as YCSB's own etcd binding (site.ycsb.db.etcd.EtcdClient) does
  * them; the table is not part of the key:
@@ -81,6 +96,7 @@
 #define YCSB_ETCD_H
 
 #include "ycsb_run.h"
+#include "ycsb_workload.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -90,15 +106,32 @@
 #define YCSB_ETCD_URL_MAX    256          /* an endpoint plus the longest path */
 #define YCSB_ETCD_JSON_DEPTH 32           /* nesting accepted in a response */
 
-/* The binding ("etcd"). */
-extern const struct ycsb_binding ycsb_etcd_binding;
+/* The bindings: "etcd" (gRPC) and "etcd-json" (the gateway). */
+extern const struct ycsb_binding ycsb_etcd_grpc_binding;
+extern const struct ycsb_binding ycsb_etcd_json_binding;
+
+/* The etcd.* properties both bindings read (above) and the workload. */
+struct ycsb_etcd_opts {
+    struct ycsb_conf conf;
+    long timeout_ms;
+    int32_t update_tries;
+    bool serializable;
+    char endpoint[YCSB_ETCD_URL_MAX]; /* this thread's: "http://host:port", no '/' at the end */
+};
+
+/* Reads them for runner thread tid. Returns 0, or FK_EINVAL with a
+ * message in err naming the property. Any thread. */
+int ycsb_etcd_opts_read(struct ycsb_etcd_opts *o, const struct ycsb_props *props, int32_t tid,
+                        char *err, size_t errlen);
 
 /* Starts a DELETE of key (key_len bytes; the caller keeps it valid until the
- * completion) on ctx, a context of ycsb_etcd_binding; its completion carries
+ * completion) on ctx, a context of ycsb_etcd_json_binding; its completion carries
  * cookie and comes from poll like any other. Returns 0, FK_EFULL (flowkv.
  * pipeline requests are in flight) or FK_EINVAL (empty or too long key).
  * The context's thread only. */
 int ycsb_etcd_submit_delete(void *ctx, uint64_t cookie, const char *key, unsigned key_len);
+/* The same on a context of ycsb_etcd_grpc_binding (DeleteRange). */
+int ycsb_etcd_grpc_submit_delete(void *ctx, uint64_t cookie, const char *key, unsigned key_len);
 
 /* ---- the JSON gateway's responses (exposed for tests) ------------------- */
 

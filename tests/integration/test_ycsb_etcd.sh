@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# flowkv-ycsb against a real 3-member etcd cluster on loopback (issue 7):
+# flowkv-ycsb against a real 3-member etcd cluster on loopback, through
+# etcd's gRPC API (-db etcd) and, for the last step, its JSON gateway
+# (-db etcd-json):
 #   1. load and run workload B (1,000 records of one 64-byte field, 2,000
 #      operations) with -db etcd: every operation returns OK;
 #   2. a loaded record is in etcd, readable with etcdctl, in ycsb_record's
 #      encoding (76 bytes: "YR", version 1, one field of 64 bytes);
-#   3. records of three fields, then partial updates (the range + txn
-#      read-modify-write), reads and scans: every operation returns OK.
+#   3. records of three fields, then partial updates (the Range + Txn
+#      read-modify-write), reads and scans: every operation returns OK;
+#   4. a CAS conflict: four threads of partial updates of one record, with
+#      one attempt each (etcd.update_tries=1), lose Txn compares to each
+#      other (some updates fail); with 1,000 attempts every one succeeds;
+#   5. the JSON gateway binding loads and runs workload B, all OK.
 # The cluster runs under a temporary directory; the EXIT trap stops exactly
 # its members (ycsb/bench/etcd-cluster.sh stop) and removes the directory.
 set -u
@@ -87,5 +93,32 @@ multi=(-db etcd -P "$root/ycsb/workloads/workloada" -p "etcd.endpoints=$ep"
     -p maxscanlength=5 -p requestdistribution=uniform)
 phase load-3f 1000 load "${multi[@]}" -threads 4
 phase run-3f 400 run "${multi[@]}" -threads 2 -p flowkv.pipeline=4
+
+# A CAS conflict: every operation a partial update of the one record, from
+# four threads with four in flight each. One Txn attempt: the compare on
+# mod_revision fails whenever another update came between its Range and
+# its Txn, so some updates fail; 1,000 attempts: all succeed.
+cas=(-db etcd -P "$root/ycsb/workloads/workloada" -p "etcd.endpoints=$ep"
+    -p recordcount=1 -p operationcount=400 -p fieldcount=3 -p fieldlength=16
+    -p readproportion=0 -p updateproportion=1 -p requestdistribution=uniform)
+if timeout --kill-after=5 120 "$ycsb" run "${cas[@]}" -threads 4 -p flowkv.pipeline=4 \
+    -p etcd.update_tries=1 >"$tmp/cas1.out" 2>"$tmp/cas1.err"; then
+    okn=$(awk -F', ' '$1 == "[UPDATE]" && $2 == "Return=OK" { print $3 }' "$tmp/cas1.out")
+    bad=$(awk -F', ' '$1 ~ /UPDATE/ && $2 ~ /^Return=/ && $2 != "Return=OK" { s += $3 } END { print s + 0 }' "$tmp/cas1.out")
+    if [ "${okn:-0}" -gt 0 ] && [ "$bad" -gt 0 ] && [ $((okn + bad)) -eq 400 ]; then
+        t_ok "CAS conflict: one attempt each, $bad of 400 concurrent partial updates lost the Txn compare"
+    else
+        t_fail "CAS conflict with one attempt" "OK=${okn:-0} failed=$bad (want both > 0, 400 in all)"
+    fi
+else
+    t_fail "CAS conflict with one attempt" "exit $?: $(tail -n 2 "$tmp/cas1.err" | tr '\n' ' ')"
+fi
+phase cas-retried 400 run "${cas[@]}" -threads 4 -p flowkv.pipeline=4 -p etcd.update_tries=1000
+
+# The JSON gateway binding, kept for comparison: workload B, all OK.
+json=(-db etcd-json -P "$root/ycsb/workloads/workloadb" -p "etcd.endpoints=$ep"
+    -p recordcount=500 -p operationcount=1000 -p fieldcount=1 -p fieldlength=64)
+phase json-load 500 load "${json[@]}" -threads 2
+phase json-run 1000 run "${json[@]}" -threads 2 -p flowkv.pipeline=4
 
 t_done

@@ -476,7 +476,7 @@ static void *open_ctx(int port, const char *const *extra)
     for (; extra != NULL && *extra != NULL; extra++)
         CHECK_OK(ycsb_props_set_arg(&props, *extra, err, sizeof err));
     void *ctx = NULL;
-    int rc = ycsb_etcd_binding.open(&ctx, &props, 0, err, sizeof err);
+    int rc = ycsb_etcd_json_binding.open(&ctx, &props, 0, err, sizeof err);
     CHECK_MSG(rc == 0, "open: %s (%s)", err, fk_err_name(rc));
     return ctx;
 }
@@ -487,8 +487,8 @@ static int wait_done(void *ctx, struct ycsb_done *done, int want)
     int got = 0;
     int64_t deadline = (int64_t)fk_now_ns() + 5 * (int64_t)FK_NSEC_PER_SEC;
     while (got < want && (int64_t)fk_now_ns() < deadline) {
-        int n =
-            ycsb_etcd_binding.poll(ctx, done + got, want - got, 100 * (int64_t)FK_NSEC_PER_MSEC);
+        int n = ycsb_etcd_json_binding.poll(ctx, done + got, want - got,
+                                            100 * (int64_t)FK_NSEC_PER_MSEC);
         CHECK_OK(n);
         got += n;
     }
@@ -499,7 +499,7 @@ static int wait_done(void *ctx, struct ycsb_done *done, int want)
 static int one(void *ctx, const struct ycsb_req *req)
 {
     struct ycsb_done d;
-    CHECK_OK(ycsb_etcd_binding.submit(ctx, req));
+    CHECK_OK(ycsb_etcd_json_binding.submit(ctx, req));
     CHECK_EQ_I64(wait_done(ctx, &d, 1), 1);
     CHECK_EQ_U64(d.cookie, req->cookie);
     return d.rc;
@@ -549,7 +549,7 @@ TEST(binding_read)
     CHECK_ERR(one(ctx, &read_req), FK_EMALFORMED);
     CHECK_ERR(one(ctx, &read_req), FK_ETOOBIG);
     CHECK_ERR(one(ctx, &read_req), FK_EPROTO); /* another key's answer */
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
 }
@@ -578,7 +578,7 @@ TEST(binding_http_errors)
     CHECK_ERR(one(ctx, &read_req), FK_EBUSY);
     CHECK_ERR(one(ctx, &read_req), FK_EUNREACHABLE);
     CHECK_ERR(one(ctx, &read_req), FK_EPROTO);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
 }
@@ -649,8 +649,8 @@ TEST(binding_writes)
     /* Refused at once, nothing sent. */
     struct ycsb_field wrong[2] = {fld("field0", "x"), fld("field7", "y")};
     ins.fields = wrong;
-    CHECK_ERR(ycsb_etcd_binding.submit(ctx, &ins), FK_EINVAL);
-    ycsb_etcd_binding.close(ctx);
+    CHECK_ERR(ycsb_etcd_json_binding.submit(ctx, &ins), FK_EINVAL);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     CHECK_EQ_I64(srv.served, 8);
     ycsb_props_free(&props);
@@ -679,7 +679,7 @@ TEST(binding_update_gives_up)
                            .nfields = 1,
                            .fields = part};
     CHECK_ERR(one(ctx, &upd), FK_ECASFAIL);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
 }
@@ -714,7 +714,7 @@ TEST(binding_scan_and_pipeline)
     CHECK_ERR(one(ctx, &scan), FK_ENOTFOUND);
     CHECK_ERR(one(ctx, &scan), FK_EMALFORMED);
     scan.scan_len = 0;
-    CHECK_ERR(ycsb_etcd_binding.submit(ctx, &scan), FK_EINVAL);
+    CHECK_ERR(ycsb_etcd_json_binding.submit(ctx, &scan), FK_EINVAL);
 
     /* Four in flight at once; a fifth is refused. */
     struct ycsb_req r[5];
@@ -723,8 +723,8 @@ TEST(binding_scan_and_pipeline)
         r[i].cookie = (uint64_t)i;
     }
     for (int i = 0; i < 4; i++)
-        CHECK_OK(ycsb_etcd_binding.submit(ctx, &r[i]));
-    CHECK_ERR(ycsb_etcd_binding.submit(ctx, &r[4]), FK_EFULL);
+        CHECK_OK(ycsb_etcd_json_binding.submit(ctx, &r[i]));
+    CHECK_ERR(ycsb_etcd_json_binding.submit(ctx, &r[4]), FK_EFULL);
     struct ycsb_done d[4];
     CHECK_EQ_I64(wait_done(ctx, d, 4), 4);
     unsigned seen = 0;
@@ -734,7 +734,7 @@ TEST(binding_scan_and_pipeline)
         seen |= 1u << d[i].cookie;
     }
     CHECK_EQ_U64(seen, 0xf);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
 }
@@ -749,7 +749,7 @@ TEST(binding_refused_and_timeout)
     CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
     void *ctx = open_ctx(ntohs(a.sin_port), NULL);
     CHECK_ERR(one(ctx, &read_req), -ECONNREFUSED);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     close(fd);
     ycsb_props_free(&props);
 
@@ -762,7 +762,7 @@ TEST(binding_refused_and_timeout)
     /* Not before the timeout: libcurl's own clock may end it a few
      * milliseconds before ours says 300 (seen once in make test). */
     CHECK((int64_t)fk_now_ns() - t0 >= 250 * (int64_t)FK_NSEC_PER_MSEC);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
     ycsb_props_free(&props);
 }
@@ -781,7 +781,7 @@ TEST(binding_bad_properties)
         ycsb_props_init(&props);
         CHECK_OK(ycsb_props_set_arg(&props, bad[i][0], err, sizeof err));
         void *ctx = NULL;
-        CHECK_ERR(ycsb_etcd_binding.open(&ctx, &props, 0, err, sizeof err), FK_EINVAL);
+        CHECK_ERR(ycsb_etcd_json_binding.open(&ctx, &props, 0, err, sizeof err), FK_EINVAL);
         CHECK_MSG(strstr(err, bad[i][1]) != NULL, "%s: message '%s'", bad[i][0], err);
         ycsb_props_free(&props);
     }
@@ -792,7 +792,7 @@ TEST(binding_bad_properties)
     CHECK_OK(ycsb_props_set_arg(&props, "scanproportion=1", err, sizeof err));
     CHECK_OK(ycsb_props_set_arg(&props, "readproportion=0", err, sizeof err));
     void *ctx = NULL;
-    CHECK_ERR(ycsb_etcd_binding.open(&ctx, &props, 0, err, sizeof err), FK_ETOOBIG);
+    CHECK_ERR(ycsb_etcd_json_binding.open(&ctx, &props, 0, err, sizeof err), FK_ETOOBIG);
     ycsb_props_free(&props);
 }
 
@@ -807,10 +807,104 @@ TEST(binding_balance_thread)
     CHECK_OK(ycsb_props_set_arg(&props, arg, err, sizeof err));
     CHECK_OK(ycsb_props_set_arg(&props, "etcd.balance=thread", err, sizeof err));
     void *ctx = NULL;
-    CHECK_OK(ycsb_etcd_binding.open(&ctx, &props, 1, err, sizeof err));
+    CHECK_OK(ycsb_etcd_json_binding.open(&ctx, &props, 1, err, sizeof err));
     CHECK_ERR(one(ctx, &read_req), FK_ENOTFOUND);
-    ycsb_etcd_binding.close(ctx);
+    ycsb_etcd_json_binding.close(ctx);
     server_stop();
+    ycsb_props_free(&props);
+}
+
+/* ---- the gRPC binding (-db etcd); tests/integration/test_ycsb_etcd.sh
+ * runs it against a real etcd cluster ------------------------------------ */
+
+static void *grpc_ctx(const char *endpoint, const char *const *extra)
+{
+    char arg[160], err[YCSB_ERR_MAX] = "";
+    ycsb_props_init(&props);
+    snprintf(arg, sizeof arg, "etcd.endpoints=%s", endpoint);
+    CHECK_OK(ycsb_props_set_arg(&props, arg, err, sizeof err));
+    CHECK_OK(ycsb_props_set_arg(&props, "fieldcount=2", err, sizeof err));
+    CHECK_OK(ycsb_props_set_arg(&props, "fieldlength=8", err, sizeof err));
+    for (; extra != NULL && *extra != NULL; extra++)
+        CHECK_OK(ycsb_props_set_arg(&props, *extra, err, sizeof err));
+    void *ctx = NULL;
+    int rc = ycsb_etcd_grpc_binding.open(&ctx, &props, 0, err, sizeof err);
+    CHECK_MSG(rc == 0, "open: %s (%s)", err, fk_err_name(rc));
+    return ctx;
+}
+
+/* One request through the gRPC binding; its result (5 s at most). */
+static int grpc_one(void *ctx, const struct ycsb_req *req)
+{
+    struct ycsb_done d;
+    CHECK_OK(ycsb_etcd_grpc_binding.submit(ctx, req));
+    int64_t deadline = (int64_t)fk_now_ns() + 5 * (int64_t)FK_NSEC_PER_SEC;
+    while ((int64_t)fk_now_ns() < deadline) {
+        int n = ycsb_etcd_grpc_binding.poll(ctx, &d, 1, 100 * (int64_t)FK_NSEC_PER_MSEC);
+        CHECK(n >= 0);
+        if (n == 1) {
+            CHECK_EQ_U64(d.cookie, req->cookie);
+            return d.rc;
+        }
+    }
+    CHECK_MSG(0, "no completion in 5 s");
+    return 0;
+}
+
+TEST(grpc_refused_and_timeout)
+{
+    /* A port nobody listens on: the call ends UNAVAILABLE. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", ntohs(a.sin_port));
+    void *ctx = grpc_ctx(ep, NULL);
+    CHECK_ERR(grpc_one(ctx, &read_req), FK_EUNREACHABLE);
+    ycsb_etcd_grpc_binding.close(ctx);
+    ycsb_props_free(&props);
+    close(fd);
+
+    /* A server that accepts and never answers: the deadline ends it. */
+    const struct step script[] = {{HANG, 0, NULL, 0}};
+    server_start(script, 1);
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", srv.port);
+    const char *const extra[] = {"etcd.timeout_ms=300", NULL};
+    ctx = grpc_ctx(ep, extra);
+    int64_t t0 = (int64_t)fk_now_ns();
+    CHECK_ERR(grpc_one(ctx, &read_req), FK_ETIMEDOUT);
+    CHECK((int64_t)fk_now_ns() - t0 >= 250 * (int64_t)FK_NSEC_PER_MSEC);
+    ycsb_etcd_grpc_binding.close(ctx);
+    server_stop();
+    ycsb_props_free(&props);
+}
+
+TEST(grpc_bad_properties)
+{
+    static const char *const bad[][2] = {
+        {"etcd.endpoints=https://127.0.0.1:2379", "plain http:// only"},
+        {"etcd.endpoints=127.0.0.1:2379", "not an http"},
+        {"etcd.timeout_ms=0", "etcd.timeout_ms"},
+        {"etcd.balance=random", "etcd.balance"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char err[YCSB_ERR_MAX] = "";
+        ycsb_props_init(&props);
+        CHECK_OK(ycsb_props_set_arg(&props, bad[i][0], err, sizeof err));
+        void *ctx = NULL;
+        CHECK_ERR(ycsb_etcd_grpc_binding.open(&ctx, &props, 0, err, sizeof err), FK_EINVAL);
+        CHECK_MSG(strstr(err, bad[i][1]) != NULL, "%s: message '%s'", bad[i][0], err);
+        ycsb_props_free(&props);
+    }
+    /* Requests the binding cannot send are refused at once. */
+    void *ctx = grpc_ctx("http://127.0.0.1:1", NULL);
+    struct ycsb_req empty = read_req;
+    empty.key_len = 0;
+    CHECK_ERR(ycsb_etcd_grpc_binding.submit(ctx, &empty), FK_EINVAL);
+    CHECK_ERR(ycsb_etcd_grpc_submit_delete(ctx, 1, "", 0), FK_EINVAL);
+    ycsb_etcd_grpc_binding.close(ctx);
     ycsb_props_free(&props);
 }
 

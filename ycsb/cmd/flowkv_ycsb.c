@@ -29,7 +29,8 @@
 #include <string.h>
 
 /* The bindings db can name; db defaults to flowkv (ycsb_conf). */
-static const struct ycsb_binding *const bindings[] = {&ycsb_flowkv_binding, &ycsb_etcd_binding};
+static const struct ycsb_binding *const bindings[] = {&ycsb_flowkv_binding, &ycsb_etcd_grpc_binding,
+                                                      &ycsb_etcd_json_binding};
 
 static const struct ycsb_binding *find_binding(const char *db)
 {
@@ -41,16 +42,17 @@ static const struct ycsb_binding *find_binding(const char *db)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "Usage: flowkv-ycsb load|run [options]\n"
-               "  -P file         load workload properties (several allowed, in order)\n"
-               "  -p name=value   set a property (overrides every -P file)\n"
-               "  -threads n      client threads (threadcount)\n"
-               "  -target n       offered load in operations per second (target)\n"
-               "  -s              print a status line every status.interval seconds\n"
-               "  -l label        prefix of the status line\n"
-               "  -db name        binding (db): flowkv (default) or etcd\n"
-               "  -c path         flowkv cluster file (flowkv.cluster, default run/cluster.conf)\n"
-               "  --dry-run       print the operation stream instead of running it\n");
+    fprintf(f,
+            "Usage: flowkv-ycsb load|run [options]\n"
+            "  -P file         load workload properties (several allowed, in order)\n"
+            "  -p name=value   set a property (overrides every -P file)\n"
+            "  -threads n      client threads (threadcount)\n"
+            "  -target n       offered load in operations per second (target)\n"
+            "  -s              print a status line every status.interval seconds\n"
+            "  -l label        prefix of the status line\n"
+            "  -db name        binding (db): flowkv (default), etcd (gRPC) or etcd-json (gateway)\n"
+            "  -c path         flowkv cluster file (flowkv.cluster, default run/cluster.conf)\n"
+            "  --dry-run       print the operation stream instead of running it\n");
 }
 
 static void print_op(const struct ycsb_conf *c, int32_t tid, const struct ycsb_op *op)
@@ -203,7 +205,8 @@ int main(int argc, char **argv)
     }
     const struct ycsb_binding *b = find_binding(conf.db);
     if (b == NULL) {
-        fprintf(stderr, "flowkv-ycsb: no binding named '%s' (built: flowkv, etcd)\n", conf.db);
+        fprintf(stderr, "flowkv-ycsb: no binding named '%s' (built: flowkv, etcd, etcd-json)\n",
+                conf.db);
         ycsb_props_free(&props);
         return 2;
     }
