@@ -159,9 +159,9 @@ tests: $(UNIT_TESTS) $(AUX_PROGS)
 # ---- 3a. ycsb: etcd's gRPC messages (ycsb/etcd/etcd_kv.proto) ---------------
 # protoc-c turns the proto into C (build/gen), compiled into libycsb.a with
 # the compiler's default warnings (generated code, not ours). Only the
-# programs that link the etcd binding (flowkv-ycsb, the ycsb tests) link
-# gRPC and protobuf-c.
-GRPC_PKGS  := grpc libprotobuf-c
+# programs that link the etcd bindings (flowkv-ycsb, the ycsb tests) link
+# gRPC and protobuf-c (-db etcd) and jansson (-db etcd-json).
+GRPC_PKGS  := grpc libprotobuf-c jansson
 GRPC_CFLAGS = $(shell pkg-config --cflags $(GRPC_PKGS))
 GRPC_LIBS   = $(shell pkg-config --libs $(GRPC_PKGS))
 ETCD_PB_C := $(BUILD)/gen/etcd_kv.pb-c.c

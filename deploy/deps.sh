@@ -11,10 +11,10 @@ set -eu
 
 # Build: compiler, pkg-config and the -dev packages of the chosen libraries.
 # flowkv-ycsb's etcd bindings: gRPC's C core and protobuf-c (-db etcd, etcd's
-# native API), libcurl and cJSON (-db etcd-json, its JSON gateway).
+# native API), libcurl and jansson (-db etcd-json, its JSON gateway).
 BUILD_PKGS="build-essential make pkg-config libibverbs-dev librdmacm-dev libuv1-dev
 libxxhash-dev liblmdb-dev libinih-dev libsodium-dev libcurl4-openssl-dev
-libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libcjson-dev"
+libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev"
 # Run and test: RDMA userspace (rxe provider, ibv_devices), LMDB tools,
 # lint and fuzz tooling, etcd (the YCSB etcd binding's peer and etcdctl),
 # gnuplot (make bench's p95-against-throughput plot), nftables (the fault

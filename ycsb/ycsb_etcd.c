@@ -559,8 +559,13 @@ static int transport_error(struct slot *s, CURLcode res, long http)
     }
     /* An error body is {"error":...,"code":<gRPC code>,"message":...}. */
     struct ycsb_etcd_resp r;
-    if (ycsb_etcd_parse(s->resp, s->resp_len, &r, NULL, NULL) == 0 && r.code != 0) {
-        switch (r.code) {
+    int64_t code = 0;
+    if (ycsb_etcd_parse(s->resp, s->resp_len, &r, NULL, NULL) == 0) {
+        code = r.code;
+        ycsb_etcd_resp_free(&r);
+    }
+    if (code != 0) {
+        switch (code) {
         case 3: /* INVALID_ARGUMENT */
             return FK_EINVAL;
         case 4: /* DEADLINE_EXCEEDED */
@@ -634,6 +639,8 @@ static bool same_key(const struct slot *s, const struct ycsb_etcd_kv *kv)
     return n >= 0 && (size_t)n == kv->key_len && memcmp(b64, kv->key, kv->key_len) == 0;
 }
 
+static int on_parsed(struct ctx *c, struct slot *s, const struct ycsb_etcd_resp *r);
+
 /* The result of a finished transfer with HTTP 200, or 1 when the slot
  * started its next stage. */
 static int on_response(struct ctx *c, struct slot *s)
@@ -643,26 +650,34 @@ static int on_response(struct ctx *c, struct slot *s)
     int rc = ycsb_etcd_parse(s->resp, s->resp_len, &r, s->stage == SLOT_SCAN ? scan_kv : NULL, &sc);
     if (rc < 0)
         return rc;
-    if (r.error)
+    rc = on_parsed(c, s, &r);
+    ycsb_etcd_resp_free(&r);
+    return rc;
+}
+
+static int on_parsed(struct ctx *c, struct slot *s, const struct ycsb_etcd_resp *r)
+{
+    int rc;
+    if (r->error)
         return FK_EPROTO;
-    if ((s->stage == SLOT_READ || s->stage == SLOT_RMW_RANGE) && r.nkvs > 0 &&
-        (r.nkvs != 1 || !same_key(s, &r.first)))
+    if ((s->stage == SLOT_READ || s->stage == SLOT_RMW_RANGE) && r->nkvs > 0 &&
+        (r->nkvs != 1 || !same_key(s, &r->first)))
         return FK_EPROTO; /* not the answer to this request */
     struct ycsb_record_view v;
     switch (s->stage) {
     case SLOT_READ:
-        return r.nkvs == 0 ? FK_ENOTFOUND : check_value(c, s->req, &r.first, &v);
+        return r->nkvs == 0 ? FK_ENOTFOUND : check_value(c, s->req, &r->first, &v);
     case SLOT_SCAN:
-        return r.nkvs == 0 ? FK_ENOTFOUND : 0;
+        return r->nkvs == 0 ? FK_ENOTFOUND : 0;
     case SLOT_PUT:
         return 0;
     case SLOT_DELETE:
-        return r.deleted > 0 ? 0 : FK_ENOTFOUND;
+        return r->deleted > 0 ? 0 : FK_ENOTFOUND;
     case SLOT_RMW_RANGE:
-        rc = rmw_write(c, s, &r);
+        rc = rmw_write(c, s, r);
         return rc < 0 ? rc : 1;
     case SLOT_RMW_TXN:
-        if (r.succeeded)
+        if (r->succeeded)
             return 0;
         if (++s->tries >= c->update_tries)
             return FK_ECASFAIL;

@@ -136,7 +136,7 @@ int ycsb_etcd_grpc_submit_delete(void *ctx, uint64_t cookie, const char *key, un
 /* ---- the JSON gateway's responses (exposed for tests) ------------------- */
 
 /* One entry of "kvs": base64 text of the key and value (pointers into the
- * response, not NUL-terminated) and the mod_revision. */
+ * parsed document, valid until ycsb_etcd_resp_free) and the mod_revision. */
 struct ycsb_etcd_kv {
     const char *key;
     size_t key_len;
@@ -155,6 +155,7 @@ struct ycsb_etcd_resp {
     bool succeeded;            /* "succeeded" (txn) */
     bool error;                /* an "error" member: an error response */
     int64_t code;              /* "code": the gRPC status code of an error */
+    void *doc;                 /* the parsed document (jansson), owned here */
 };
 
 /* Called for each entry of "kvs" in order; a negative return stops the
@@ -162,25 +163,29 @@ struct ycsb_etcd_resp {
 typedef int (*ycsb_etcd_kv_fn)(void *arg, const struct ycsb_etcd_kv *kv);
 
 /* Parses a gateway response (len bytes of json, need not be NUL-terminated)
- * into r: one JSON object whose members "kvs" (an array of objects with
- * "key", "value" base64 strings and "mod_revision"), "count", "deleted"
- * (int64 as a decimal string or a number), "succeeded" (a boolean),
- * "error" (a string) and "code" (an integer) are read; every other member
- * is checked for JSON syntax and skipped. on_kv (may be NULL) sees every
- * kv. Returns 0; FK_EMALFORMED for anything that is not such an object (bad
- * syntax, trailing bytes, nesting deeper than YCSB_ETCD_JSON_DEPTH, a member
- * of the wrong type, an integer out of range, a kv without a key); or
- * on_kv's error. Pure; any thread. */
+ * into r with jansson: one JSON object whose members "kvs" (an array of
+ * objects with "key", "value" base64 strings and "mod_revision"), "count",
+ * "deleted" (int64 as a decimal string or a number), "succeeded" (a
+ * boolean), "error" (a string) and "code" (an integer) are read; the rest
+ * must be valid JSON (RFC 8259) and is not looked at. on_kv (may be NULL)
+ * sees every kv. Returns 0, after which r holds the document until
+ * ycsb_etcd_resp_free(r); FK_EMALFORMED for anything that is not such an
+ * object (bad syntax, trailing bytes, nesting deeper than
+ * YCSB_ETCD_JSON_DEPTH, a member of the wrong type, an integer out of
+ * range, a kv without a key); or on_kv's error (r then holds nothing). Any
+ * thread. */
 int ycsb_etcd_parse(const char *json, size_t len, struct ycsb_etcd_resp *r, ycsb_etcd_kv_fn on_kv,
                     void *arg);
+/* Frees what a successful ycsb_etcd_parse left in r; r reads as empty. */
+void ycsb_etcd_resp_free(struct ycsb_etcd_resp *r);
 
 /* Base64 (RFC 4648 section 4, with padding: what the gateway reads and
- * writes for bytes). Encode writes 4 * ceil(len / 3) characters and a NUL
- * into out (cap bytes) and returns their number, or FK_ETOOBIG. Decode
- * writes the bytes of len characters of in and returns their number;
- * FK_EMALFORMED for a length that is not a multiple of 4, a character
- * outside the alphabet, misplaced padding or non-zero padding bits;
- * FK_ETOOBIG when cap is too small. Pure. */
+ * writes for bytes), through libsodium. Encode writes 4 * ceil(len / 3)
+ * characters and a NUL into out (cap bytes) and returns their number, or
+ * FK_ETOOBIG. Decode writes the bytes of len characters of in and returns
+ * their number; FK_EMALFORMED for a length that is not a multiple of 4, a
+ * character outside the alphabet, misplaced padding or non-zero padding
+ * bits; FK_ETOOBIG when cap is too small. Pure. */
 int64_t ycsb_etcd_b64_encode(char *out, size_t cap, const uint8_t *in, size_t len);
 int64_t ycsb_etcd_b64_decode(uint8_t *out, size_t cap, const char *in, size_t len);
 

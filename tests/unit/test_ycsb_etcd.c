@@ -183,9 +183,15 @@ TEST(b64_malformed)
 
 /* ---- JSON responses ------------------------------------------------------------- */
 
+/* Parses json into r; the document r held from the previous call is freed
+ * first (r's pointers stay valid until the next call). */
 static int parse(const char *json, struct ycsb_etcd_resp *r)
 {
-    return ycsb_etcd_parse(json, strlen(json), r, NULL, NULL);
+    static struct ycsb_etcd_resp held;
+    ycsb_etcd_resp_free(&held);
+    int rc = ycsb_etcd_parse(json, strlen(json), r, NULL, NULL);
+    held = *r;
+    return rc;
 }
 
 /* Verbatim answers of etcd 3.4.23's gateway. */
@@ -259,6 +265,8 @@ TEST(json_callback)
     n = 0;
     CHECK_OK(ycsb_etcd_parse(three, strlen(three) - 0, &r, NULL, &n));
     CHECK_EQ_I64(r.nkvs, 3);
+    ycsb_etcd_resp_free(&r);
+    CHECK(r.doc == NULL && r.nkvs == 0);
 }
 
 TEST(json_malformed)
@@ -312,6 +320,7 @@ TEST(json_malformed)
     for (int d = 0; d < YCSB_ETCD_JSON_DEPTH; d++)
         deep[n++] = '}';
     CHECK_OK(ycsb_etcd_parse(deep, n, &r, NULL, NULL));
+    ycsb_etcd_resp_free(&r);
     char deeper[300];
     int m = snprintf(deeper, sizeof deeper, "{\"a\":%.*s}", (int)n, deep);
     CHECK_ERR(ycsb_etcd_parse(deeper, (size_t)m, &r, NULL, NULL), FK_EMALFORMED);
