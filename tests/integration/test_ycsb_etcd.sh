@@ -7,7 +7,8 @@
 #   2. a loaded record is in etcd, readable with etcdctl, in ycsb_record's
 #      encoding (76 bytes: "YR", version 1, one field of 64 bytes);
 #   3. records of three fields, then partial updates (the Range + Txn
-#      read-modify-write), reads and scans: every operation returns OK;
+#      read-modify-write), reads and scans, then workloads E (inserts and
+#      scans) and F (YCSB's read-modify-write): every operation returns OK;
 #   4. a CAS conflict: four threads of partial updates of one record, with
 #      one attempt each (etcd.update_tries=1), lose Txn compares to each
 #      other (some updates fail); with 1,000 attempts every one succeeds;
@@ -93,6 +94,30 @@ multi=(-db etcd -P "$root/ycsb/workloads/workloada" -p "etcd.endpoints=$ep"
     -p maxscanlength=5 -p requestdistribution=uniform)
 phase load-3f 1000 load "${multi[@]}" -threads 4
 phase run-3f 400 run "${multi[@]}" -threads 2 -p flowkv.pipeline=4
+# YCSB's other operation types over the same records: workload E (inserts
+# of new keys and scans) and workload F (read-modify-write: a read, then a
+# write of the whole record).
+shape=(-p "etcd.endpoints=$ep" -p recordcount=1000 -p operationcount=300 -p fieldcount=3
+    -p fieldlength=16 -p maxscanlength=5)
+phase run-e 300 run -db etcd -P "$root/ycsb/workloads/workloade" "${shape[@]}" -threads 2 \
+    -p flowkv.pipeline=4
+# Workload F's report counts every read under READ (a read-modify-write
+# reads first, as Java YCSB's does) and its writes under UPDATE and
+# READ-MODIFY-WRITE: 300 reads, as many updates as read-modify-writes.
+if timeout --kill-after=5 120 "$ycsb" run -db etcd -P "$root/ycsb/workloads/workloadf" \
+    "${shape[@]}" -threads 2 -p flowkv.pipeline=4 >"$tmp/run-f.out" 2>"$tmp/run-f.err"; then
+    get() { awk -F', ' -v s="[$1]" -v m="$2" '$1 == s && $2 == m { print $3 }' "$tmp/run-f.out"; }
+    reads=$(get READ Operations) rmw=$(get READ-MODIFY-WRITE Operations) upd=$(get UPDATE Operations)
+    other=$(grep -E 'Return=|FAILED' "$tmp/run-f.out" | grep -v 'Return=OK' | head -n 3 | tr '\n' ' ')
+    if [ "${reads:-0}" -eq 300 ] && [ "${rmw:-0}" -gt 0 ] && [ "${upd:-0}" -eq "${rmw:-0}" ] &&
+        [ -z "$other" ]; then
+        t_ok "run-f: 300 operations, $rmw of them read-modify-writes, all OK"
+    else
+        t_fail "run-f" "READ=${reads:-0} READ-MODIFY-WRITE=${rmw:-0} UPDATE=${upd:-0} other: ${other:-none}"
+    fi
+else
+    t_fail "run-f" "exit $?: $(tail -n 2 "$tmp/run-f.err" | tr '\n' ' ')"
+fi
 
 # A CAS conflict: every operation a partial update of the one record, from
 # four threads with four in flight each. One Txn attempt: the compare on
