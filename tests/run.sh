@@ -18,6 +18,12 @@ if [ "${1:-}" = "-t" ]; then
 fi
 logdir=${TEST_LOG_DIR:-build/test-logs}
 mkdir -p "$logdir"
+# Under ThreadSanitizer (make tsan): tests/tsan.supp, which lists only
+# uninstrumented third-party libraries and says why.
+if [ "${SAN:-}" = thread ]; then
+    TSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/tsan.supp ${TSAN_OPTIONS:-}"
+    export TSAN_OPTIONS
+fi
 
 total_pass=0
 total_fail=0
