@@ -492,8 +492,38 @@ static int launch(struct ctx *c, struct slot *s, enum stage st, const uint8_t *r
     return 0;
 }
 
+int ycsb_etcd_plan(const struct ycsb_conf *conf, const struct ycsb_req *req, uint8_t *rec,
+                   size_t cap, size_t *len)
+{
+    *len = 0;
+    switch (req->kind) {
+    case YCSB_REQ_READ:
+        return YCSB_ETCD_READ;
+    case YCSB_REQ_SCAN:
+        return req->scan_len < 1 ? FK_EINVAL : YCSB_ETCD_SCAN;
+    case YCSB_REQ_UPDATE:
+        if (req->nfields != conf->fieldcount)
+            return YCSB_ETCD_RMW;
+        /* every field written: a put, as an insert */
+        __attribute__((fallthrough));
+    case YCSB_REQ_INSERT: {
+        int64_t n = ycsb_record_encode(rec, cap, conf->fieldnameprefix, (int32_t)conf->fieldcount,
+                                       req->fields, req->nfields);
+        if (n < 0)
+            return (int)n;
+        *len = (size_t)n;
+        return YCSB_ETCD_PUT;
+    }
+    }
+    return FK_EINVAL;
+}
+
 static int etcd_submit(void *ctx, const struct ycsb_req *req)
 {
+    static const enum stage stage_of[] = {[YCSB_ETCD_READ] = SLOT_READ,
+                                          [YCSB_ETCD_SCAN] = SLOT_SCAN,
+                                          [YCSB_ETCD_PUT] = SLOT_PUT,
+                                          [YCSB_ETCD_RMW] = SLOT_RMW_RANGE};
     struct ctx *c = ctx;
     if (req == NULL || req->key == NULL || req->key_len == 0 || req->key_len >= YCSB_KEY_MAX)
         return FK_EINVAL;
@@ -501,32 +531,13 @@ static int etcd_submit(void *ctx, const struct ycsb_req *req)
     if (s == NULL)
         return FK_EFULL;
     s->req = req;
-    switch (req->kind) {
-    case YCSB_REQ_READ:
-        return launch(c, s, SLOT_READ, NULL, 0);
-    case YCSB_REQ_SCAN:
-        if (req->scan_len < 1) {
-            release_slot(c, s);
-            return FK_EINVAL;
-        }
-        return launch(c, s, SLOT_SCAN, NULL, 0);
-    case YCSB_REQ_UPDATE:
-        if (req->nfields != c->conf.fieldcount)
-            return launch(c, s, SLOT_RMW_RANGE, NULL, 0);
-        /* every field written: a put, as an insert */
-        __attribute__((fallthrough));
-    case YCSB_REQ_INSERT: {
-        int64_t n = ycsb_record_encode(c->rec, c->rec_cap, c->conf.fieldnameprefix,
-                                       (int32_t)c->conf.fieldcount, req->fields, req->nfields);
-        if (n < 0) {
-            release_slot(c, s);
-            return (int)n;
-        }
-        return launch(c, s, SLOT_PUT, c->rec, (size_t)n);
+    size_t len;
+    int op = ycsb_etcd_plan(&c->conf, req, c->rec, c->rec_cap, &len);
+    if (op < 0) {
+        release_slot(c, s);
+        return op;
     }
-    }
-    release_slot(c, s);
-    return FK_EINVAL;
+    return launch(c, s, stage_of[op], op == YCSB_ETCD_PUT ? c->rec : NULL, len);
 }
 
 int ycsb_etcd_submit_delete(void *ctx, uint64_t cookie, const char *key, unsigned key_len)

@@ -119,6 +119,20 @@ struct ycsb_etcd_opts {
     char endpoint[YCSB_ETCD_URL_MAX]; /* this thread's: "http://host:port", no '/' at the end */
 };
 
+/* What a request becomes in etcd, the same through either API. */
+enum ycsb_etcd_op {
+    YCSB_ETCD_READ, /* Range of the key */
+    YCSB_ETCD_SCAN, /* Range from the key to the end, limit scan_len */
+    YCSB_ETCD_PUT,  /* Put of the whole record */
+    YCSB_ETCD_RMW,  /* partial update: Range, then Txn if mod_revision is unchanged */
+};
+
+/* Decides what req becomes; for a PUT encodes its record into rec (cap
+ * bytes) and sets *len. Returns the op, or FK_EINVAL (a scan of fewer than
+ * one record, an unknown kind) or ycsb_record_encode's error. Pure. */
+int ycsb_etcd_plan(const struct ycsb_conf *conf, const struct ycsb_req *req, uint8_t *rec,
+                   size_t cap, size_t *len);
+
 /* Reads them for runner thread tid. Returns 0, or FK_EINVAL with a
  * message in err naming the property. Any thread. */
 int ycsb_etcd_opts_read(struct ycsb_etcd_opts *o, const struct ycsb_props *props, int32_t tid,

@@ -347,37 +347,24 @@ static int launch(struct gctx *c, struct gslot *s, enum stage st, const uint8_t 
 
 static int grpc_submit(void *ctx, const struct ycsb_req *req)
 {
+    static const enum stage stage_of[] = {[YCSB_ETCD_READ] = G_READ,
+                                          [YCSB_ETCD_SCAN] = G_SCAN,
+                                          [YCSB_ETCD_PUT] = G_PUT,
+                                          [YCSB_ETCD_RMW] = G_RMW_RANGE};
     struct gctx *c = ctx;
     if (req == NULL || req->key == NULL || req->key_len == 0 || req->key_len >= YCSB_KEY_MAX)
-        return FK_EINVAL;
-    if (req->kind == YCSB_REQ_SCAN && req->scan_len < 1)
         return FK_EINVAL;
     struct gslot *s = take_slot(c, req->cookie, req->key, req->key_len);
     if (s == NULL)
         return FK_EFULL;
     s->req = req;
-    switch (req->kind) {
-    case YCSB_REQ_READ:
-        return launch(c, s, G_READ, NULL, 0);
-    case YCSB_REQ_SCAN:
-        return launch(c, s, G_SCAN, NULL, 0);
-    case YCSB_REQ_UPDATE:
-        if (req->nfields != c->o.conf.fieldcount)
-            return launch(c, s, G_RMW_RANGE, NULL, 0);
-        /* every field written: a put, as an insert */
-        __attribute__((fallthrough));
-    case YCSB_REQ_INSERT: {
-        int64_t n = ycsb_record_encode(c->rec, c->rec_cap, c->o.conf.fieldnameprefix,
-                                       (int32_t)c->o.conf.fieldcount, req->fields, req->nfields);
-        if (n < 0) {
-            release_slot(c, s);
-            return (int)n;
-        }
-        return launch(c, s, G_PUT, c->rec, (size_t)n);
+    size_t len;
+    int op = ycsb_etcd_plan(&c->o.conf, req, c->rec, c->rec_cap, &len);
+    if (op < 0) {
+        release_slot(c, s);
+        return op;
     }
-    }
-    release_slot(c, s);
-    return FK_EINVAL;
+    return launch(c, s, stage_of[op], op == YCSB_ETCD_PUT ? c->rec : NULL, len);
 }
 
 int ycsb_etcd_grpc_submit_delete(void *ctx, uint64_t cookie, const char *key, unsigned key_len)
