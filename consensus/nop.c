@@ -1124,6 +1124,7 @@ void nop_status(const struct nop *r, struct nop_stat *st)
 {
     st->status = r->status;
     st->view = r->view;
+    st->leader = r->view.leader_num % r->cfg.n;
     st->log_len = r->log_len;
     st->commit = r->commit;
     st->executed = r->executed;

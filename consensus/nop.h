@@ -156,6 +156,7 @@ enum { NOP_SYNC_KIND_HASHES, NOP_SYNC_KIND_ENTRIES, NOP_SYNC_KIND_STATE };
 struct nop_stat {
     uint8_t status;
     struct nop_view view;
+    uint32_t leader; /* view.leader_num % n */
     uint64_t log_len, commit, executed;
     int is_leader;
     uint32_t held;         /* durable mode: messages waiting for the disk */

@@ -28,14 +28,6 @@ struct srv_disk {
     struct srv_disk_stats st;
 };
 
-/* The core's restore entry points, so one restore serves both protocols. */
-struct srv_disk__core {
-    void *r;
-    int (*meta)(void *r, const uint8_t *buf, size_t len);
-    int (*snapshot)(void *r, const uint8_t *buf, size_t len);
-    int (*entry)(void *r, const uint8_t *buf, size_t len);
-};
-
 static const uint8_t srv_disk__none[1]; /* the bytes of a zero-length record */
 
 static void poison(struct srv_disk *d, const char *what, int rc)
@@ -187,8 +179,7 @@ void srv_disk_close(struct srv_disk *d)
 
 /* ---- restore ------------------------------------------------------------- */
 
-static int restore_snapshot(struct srv_disk *d, const struct srv_disk__core *c,
-                            uint64_t *snap_index)
+static int restore_snapshot(struct srv_disk *d, const struct cons_core *c, uint64_t *snap_index)
 {
     size_t len, ilen;
     *snap_index = 0;
@@ -199,14 +190,14 @@ static int restore_snapshot(struct srv_disk *d, const struct srv_disk__core *c,
     if (rc < 0 || ilen != sizeof *snap_index)
         return rc == FK_ENOTFOUND || rc == FK_ETOOBIG || rc == 0 ? FK_EMALFORMED : rc;
     rc = meta_read(d, SRV_DISK_SNAP_KEY, len);
-    return rc < 0 ? rc : c->snapshot(c->r, d->buf, len);
+    return rc < 0 ? rc : c->ops->restore_snapshot(c->impl, d->buf, len);
 }
 
 /* Every log entry above the snapshot, in index order. A core's log never
  * reaches past its window above its snapshot, and no window is wider than
  * CONS_LOG_CAP_MAX, so that bounds the walk; holes (slots never accepted)
  * are skipped. */
-static int restore_entries(struct srv_disk *d, const struct srv_disk__core *c, uint64_t snap)
+static int restore_entries(struct srv_disk *d, const struct cons_core *c, uint64_t snap)
 {
     uint64_t first, last;
     int rc = kv_log_bounds(d->store, &first, &last);
@@ -227,15 +218,15 @@ static int restore_entries(struct srv_disk *d, const struct srv_disk__core *c, u
             continue;
         }
         if (rc == 0)
-            rc = c->entry(c->r, d->buf, len);
+            rc = c->ops->restore_entry(c->impl, d->buf, len);
         d->st.restored += rc == 0;
     }
     return rc;
 }
 
-static int restore(struct srv_disk *d, const struct srv_disk__core *c, int *restored)
+static int restore(struct srv_disk *d, const struct cons_core *c, int *restored)
 {
-    if (d == NULL || c->r == NULL || restored == NULL)
+    if (d == NULL || c == NULL || c->impl == NULL || restored == NULL)
         return FK_EINVAL;
     *restored = 0;
     if (d->poisoned)
@@ -254,7 +245,7 @@ static int restore(struct srv_disk *d, const struct srv_disk__core *c, int *rest
         return rc; /* open wiped a disk without META */
     rc = meta_read(d, SRV_DISK_META_KEY, mlen);
     if (rc == 0)
-        rc = c->meta(c->r, d->buf, mlen);
+        rc = c->ops->restore_meta(c->impl, d->buf, mlen);
     if (rc == 0)
         rc = restore_snapshot(d, c, &snap);
     if (rc == 0)
@@ -269,45 +260,11 @@ static int restore(struct srv_disk *d, const struct srv_disk__core *c, int *rest
     return 0;
 }
 
-static int mpx_meta(void *r, const uint8_t *b, size_t n)
+int srv_disk_restore(struct srv_disk *d, const struct cons_core *core, int *restored)
 {
-    return mpx_restore_meta(r, b, n);
-}
-static int mpx_snap(void *r, const uint8_t *b, size_t n)
-{
-    return mpx_restore_snapshot(r, b, n);
-}
-static int mpx_entry(void *r, const uint8_t *b, size_t n)
-{
-    return mpx_restore_entry(r, b, n);
-}
-static int nop_meta(void *r, const uint8_t *b, size_t n)
-{
-    return nop_restore_meta(r, b, n);
-}
-static int nop_snap(void *r, const uint8_t *b, size_t n)
-{
-    return nop_restore_snapshot(r, b, n);
-}
-static int nop_entry(void *r, const uint8_t *b, size_t n)
-{
-    return nop_restore_entry(r, b, n);
-}
-
-int srv_disk_restore_mpx(struct srv_disk *d, struct mpx *r, int *restored)
-{
-    struct srv_disk__core c = {r, mpx_meta, mpx_snap, mpx_entry};
-    if (d != NULL && d->proto != CONS_PROTO_MPX)
+    if (d != NULL && core != NULL && core->ops != NULL && d->proto != core->ops->proto)
         return FK_EINVAL;
-    return restore(d, &c, restored);
-}
-
-int srv_disk_restore_nop(struct srv_disk *d, struct nop *r, int *restored)
-{
-    struct srv_disk__core c = {r, nop_meta, nop_snap, nop_entry};
-    if (d != NULL && d->proto != CONS_PROTO_NOP)
-        return FK_EINVAL;
-    return restore(d, &c, restored);
+    return restore(d, core, restored);
 }
 
 int srv_disk_wipe(struct srv_disk *d)

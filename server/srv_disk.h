@@ -31,15 +31,15 @@
  *
  *   startup (no transaction open):
  *     kv_store_open; kv_sm_init; srv_disk_open(&d, store, proto, sm);
- *     core = mpx_create(cfg, sm) / nop_create(cfg, sm);
+ *     cons_core_create(&core, cons_core_ops_of(proto), cfg, sm);
  *     kv_write_begin(store);
- *     srv_disk_restore_mpx(d, core, &restored)   (or _nop);
+ *     srv_disk_restore(d, &core, &restored);
  *     mode = restored ? RESTORED : (new group ? FRESH : EMPTY);
- *     mpx_start(core, mode, now, &ob);  srv_disk_persist(d, ob->persists,..);
+ *     core.ops->start(core.impl, mode, now, &ob);  srv_disk_persist(d, ob->persists,..);
  *     srv_disk_commit(d, &durable);  feed CONS_IN_PERSISTED(durable) if > 0
  *   every batch:
  *     kv_write_begin(store);
- *     for each input: mpx_step/nop_step (kv_sm applies inside this
+ *     for each input: core.ops->step (kv_sm applies inside this
  *       transaction); srv_disk_persist(d, ob->persists, ob->npersists);
  *       send ob's messages (a core never emits a message whose promise
  *       waits for durability, so sending before the commit is safe);
@@ -78,10 +78,9 @@
 #define SRV_DISK_H
 
 #include "cons.h"
+#include "cons_core.h"
 #include "cons_wire.h"
 #include "kv_store.h"
-#include "mpx.h"
-#include "nop.h"
 
 #include <stdint.h>
 
@@ -119,28 +118,26 @@ int srv_disk_open(struct srv_disk **out, struct kv_store *store, enum cons_proto
  * Safe on NULL. */
 void srv_disk_close(struct srv_disk *d);
 
-/* Restores a just-created core (before mpx_start/nop_start) from the disk:
+/* Restores a just-created core (before its start) from the disk:
  * META, then the SNAPSHOT if any, then every log ENTRY above the snapshot
  * index in index order. Must run inside the caller's open write
  * transaction (installing the snapshot, and NOPaxos's start, write the
  * data database); start the core and persist its outbox in the same
  * transaction. *restored = 1 when a META record existed (start with
- * MPX_START_RESTORED / NOP_START_RESTORED), 0 when not (start FRESH for a
+ * CONS_START_RESTORED), 0 when not (start FRESH for a
  * brand-new group, else EMPTY). Persist cookies restart at 1 with every
  * core, so one srv_disk serves one core incarnation: a process that
  * replaces a started core closes d and opens a new one. A restored NOPaxos
  * replica still runs recovery, which needs f+1 others in normal status: a
  * whole NOPaxos group restarted from disk holds its committed prefix but
  * cannot serve by itself (nop.h); Multi-Paxos groups can. Errors:
- * FK_EINVAL (no write transaction open, or the core refused a record as
- * misuse), FK_EPOISONED, FK_EMALFORMED (a record the core rejected, or a
- * log reaching beyond any log window above the snapshot), FK_EFULL (a
- * snapshot over the core's capacity), FK_ENOMEM, FK_ESTORAGE. After an
- * error: kv_write_abort, destroy the core, create a new one, and inside a
- * new transaction call srv_disk_wipe and start it EMPTY (safe: both
- * protocols recover a replica that lost its disk), or exit. */
-int srv_disk_restore_mpx(struct srv_disk *d, struct mpx *r, int *restored);
-int srv_disk_restore_nop(struct srv_disk *d, struct nop *r, int *restored);
+ * FK_EINVAL (no write transaction open, a core of another protocol than
+ * the disk's, or the core refused a record as misuse), FK_EPOISONED, FK_EMALFORMED (a record the
+ * core rejected, or a log reaching beyond any log window above the snapshot), FK_EFULL (a snapshot
+ * over the core's capacity), FK_ENOMEM, FK_ESTORAGE. After an error: kv_write_abort, destroy the
+ * core, create a new one, and inside a new transaction call srv_disk_wipe and start it EMPTY (safe:
+ * both protocols recover a replica that lost its disk), or exit. */
+int srv_disk_restore(struct srv_disk *d, const struct cons_core *core, int *restored);
 
 /* Discards every cons record (META, snapshot, log) inside the caller's open
  * write transaction. FK_EINVAL without one; store errors as kv_store.h

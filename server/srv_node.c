@@ -10,8 +10,8 @@
 #include "fkc_proto.h"
 #include "kv_sm.h"
 #include "kv_store.h"
-#include "mpx.h"
-#include "nop.h"
+#include "cons_core.h"
+#include "nop.h" /* the OUM messages a NOPaxos core takes */
 #include "srv_disk.h"
 #include "srv_http.h"
 #include "srv_net.h"
@@ -44,8 +44,7 @@ struct srv_node {
     struct kv_store *store;
     struct kv_sm sm;
     struct srv_disk *disk;
-    struct mpx *mpx;
-    struct nop *nop;
+    struct cons_core core;
     struct srv_net *net;
     uint64_t fed;       /* highest cookie fed as CONS_IN_PERSISTED */
     uint64_t next_tick; /* monotonic ns */
@@ -61,7 +60,7 @@ struct srv_node {
     struct fk_metrics metrics;
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
     struct fk_metric *m_peer[4];            /* peer messages: replicate out, in; shuffle out, in */
-    struct fk_metric *m_sync[3], *m_stalls; /* NOPaxos leader (nop_stat) */
+    struct fk_metric *m_sync[3], *m_stalls; /* NOPaxos leader (cons_core_status) */
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
 };
 
@@ -76,28 +75,14 @@ static void fill_status(struct srv_node *n, struct fkc_status *st)
     st->protocol = (uint8_t)n->proto;
     snprintf((char *)st->fabric, sizeof(st->fabric), "%s", srv_net_fabric(n->net));
     st->uptime_ns = fk_now_ns() - n->start_ns;
-    if (n->mpx != NULL) {
-        struct mpx_status ms;
-        mpx_status(n->mpx, &ms);
-        st->role = ms.role; /* enum mpx_role matches enum fkc_role 1..4 */
-        st->term = ms.promised;
-        st->leader = ms.leader;
-        st->commit = ms.commit;
-        st->applied = ms.applied;
-        st->last = ms.last;
-    } else {
-        struct nop_stat ns;
-        nop_status(n->nop, &ns);
-        st->role = ns.status == NOP_RECOVERING   ? FKC_ROLE_RECOVERING
-                   : ns.status == NOP_VIEWCHANGE ? FKC_ROLE_VIEW_CHANGE
-                   : ns.is_leader                ? FKC_ROLE_LEADER
-                                                 : FKC_ROLE_FOLLOWER;
-        st->term = (uint64_t)ns.view.leader_num << 32 | ns.view.session;
-        st->leader = ns.view.leader_num % n->n;
-        st->commit = ns.commit;
-        st->applied = ns.executed;
-        st->last = ns.log_len;
-    }
+    struct cons_core_status cs;
+    n->core.ops->status(n->core.impl, &cs);
+    st->role = cs.role; /* enum cons_role matches enum fkc_role */
+    st->term = cs.term;
+    st->leader = cs.leader;
+    st->commit = cs.commit;
+    st->applied = cs.applied;
+    st->last = cs.last;
 }
 
 /* ---- the outbox ------------------------------------------------------------------- */
@@ -146,7 +131,7 @@ static int step(struct srv_node *n, const struct cons_input *in)
 {
     struct cons_outbox *ob = NULL;
     uint64_t now = fk_now_ns();
-    int rc = n->mpx ? mpx_step(n->mpx, in, now, &ob) : nop_step(n->nop, in, now, &ob);
+    int rc = n->core.ops->step(n->core.impl, in, now, &ob);
     if (rc == FK_EMALFORMED) {
         fk_metric_add(n->m_malformed, 1);
         return 0; /* ignored by the core; the sender is untrusted */
@@ -201,7 +186,7 @@ static int feed(struct srv_node *n, const struct srv_in *in)
         ci.from = cons_replica(in->from);
         return step(n, &ci);
     case SRV_IN_REQUEST:
-        if (n->mpx == NULL) {
+        if (n->proto != CONS_PROTO_MPX) {
             fk_metric_add(n->m_malformed, 1); /* NOPaxos requests go through kv.oum */
             return 0;
         }
@@ -217,7 +202,7 @@ static int feed(struct srv_node *n, const struct srv_in *in)
     case SRV_IN_OUM:
     case SRV_IN_OUM_DROP:
     case SRV_IN_OUM_FILL:
-        return n->nop ? feed_oum(n, in) : 0;
+        return n->proto == CONS_PROTO_NOP ? feed_oum(n, in) : 0;
     }
     return 0;
 }
@@ -250,13 +235,11 @@ static void observe_net(struct srv_node *n)
     const uint64_t v[4] = {st.out_bcast, st.in_bcast, st.out_peer, st.in_peer};
     for (int i = 0; i < 4; i++)
         fk_metric_set(n->m_peer[i], v[i]);
-    if (n->nop != NULL) {
-        struct nop_stat ns;
-        nop_status(n->nop, &ns);
-        for (int i = 0; i < 3; i++)
-            fk_metric_set(n->m_sync[i], ns.syncs[i]);
-        fk_metric_set(n->m_stalls, ns.stalls);
-    }
+    struct cons_core_status cs;
+    n->core.ops->status(n->core.impl, &cs);
+    for (int i = 0; i < 3; i++)
+        fk_metric_set(n->m_sync[i], cs.syncs[i]);
+    fk_metric_set(n->m_stalls, cs.stalls);
 }
 
 static void observe_term(struct srv_node *n)
@@ -266,8 +249,9 @@ static void observe_term(struct srv_node *n)
     if (st.term != n->last_term) {
         if (n->last_term != 0)
             fk_metric_add(n->m_views, 1);
-        fk_info("node", "%s %llu, role %u, leader %u", n->mpx ? "ballot" : "view",
-                (unsigned long long)st.term, st.role, st.leader);
+        fk_info("node", "%s %llu, role %u, leader %u",
+                n->proto == CONS_PROTO_MPX ? "ballot" : "view", (unsigned long long)st.term,
+                st.role, st.leader);
         n->last_term = st.term;
     }
 }
@@ -276,18 +260,7 @@ static void observe_term(struct srv_node *n)
 static void dump_state(struct srv_node *n)
 {
     char core[512];
-    if (n->nop != NULL) {
-        nop_describe(n->nop, core, sizeof core);
-    } else {
-        struct mpx_status ms;
-        mpx_status(n->mpx, &ms);
-        snprintf(core, sizeof core,
-                 "role %u ballot %llu leader %u commit %llu applied %llu snap %llu last %llu "
-                 "dropped %llu",
-                 ms.role, (unsigned long long)ms.promised, ms.leader, (unsigned long long)ms.commit,
-                 (unsigned long long)ms.applied, (unsigned long long)ms.snap_index,
-                 (unsigned long long)ms.last, (unsigned long long)ms.dropped);
-    }
+    n->core.ops->describe(n->core.impl, core, sizeof core);
     struct srv_net_stats st;
     srv_net_stats(n->net, &st);
     fk_info("node",
@@ -343,9 +316,8 @@ static int batch(struct srv_node *n, int txn_open)
 int srv_node_run(struct srv_node *n)
 {
     srv_notify("READY=1\nSTATUS=serving");
-    fk_info("node", "replica %u serving (%s, %s fabric, %s durability)", n->id,
-            n->mpx ? "multipaxos" : "nopaxos", srv_net_fabric(n->net),
-            n->o.cluster.durability == FK_DURABLE_SYNC ? "sync" : "async");
+    fk_info("node", "replica %u serving (%s, %s fabric, %s durability)", n->id, n->core.ops->name,
+            srv_net_fabric(n->net), n->o.cluster.durability == FK_DURABLE_SYNC ? "sync" : "async");
     int rc = 0, open = 0;
     while (!n->stop && rc >= 0) {
         rc = batch(n, open);
@@ -465,46 +437,37 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
      * retransmission, and heartbeats travel over TCP (the fault suite's 5%
      * loss scenario served almost nothing). Multi-Paxos draws its timeout
      * from [300, 600) ms and rides that out. */
+    struct cons_core_config c = {.n = n->n,
+                                 .id = n->id,
+                                 .clients_max = SRV_CLIENTS_MAX,
+                                 .snapshot_max = SRV_SNAPSHOT_MAX,
+                                 .arena_bytes = CONS_MSG_MAX + (1u << 20),
+                                 .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
+                                 .seed = seed};
     if (n->proto == CONS_PROTO_MPX) {
-        struct mpx_config c = {.n = n->n,
-                               .id = n->id,
-                               .log_cap = SRV_MPX_LOG,
-                               .window = 64,
-                               .batch_max = SRV_MPX_BATCH,
-                               .pending_max = 4096,
-                               .clients_max = SRV_CLIENTS_MAX,
-                               .snapshot_max = SRV_SNAPSHOT_MAX,
-                               .arena_bytes = CONS_MSG_MAX + (1u << 20),
-                               .tick_ns = SRV_TICK_NS,
-                               .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
-                               .election_ns = 300 * FK_NSEC_PER_MSEC,
-                               .seed = seed};
-        n->mpx = mpx_create(&c, sm, &rc);
+        c.log_cap = SRV_MPX_LOG;
+        c.window = 64;
+        c.batch_max = SRV_MPX_BATCH;
+        c.pending_max = 4096;
+        c.tick_ns = SRV_TICK_NS;
+        c.election_ns = 300 * FK_NSEC_PER_MSEC;
     } else {
         /* `sync` durability is NOPaxos' durable mode (nop.h): replies wait
          * for the disk, and a group restarted all at once serves again. */
-        struct nop_config c = {.n = n->n,
-                               .id = n->id,
-                               .durable = n->o.cluster.durability == FK_DURABLE_SYNC,
-                               .log_cap = SRV_NOP_LOG,
-                               .clients_max = SRV_CLIENTS_MAX,
-                               .snapshot_max = SRV_SNAPSHOT_MAX,
-                               .arena_bytes = CONS_MSG_MAX + (1u << 20),
-                               .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
-                               .election_ns = SRV_NOP_ELECTION_NS,
-                               .seed = seed};
-        n->nop = nop_create(&c, sm, &rc);
+        c.log_cap = SRV_NOP_LOG;
+        c.durable = n->o.cluster.durability == FK_DURABLE_SYNC;
+        c.election_ns = SRV_NOP_ELECTION_NS;
     }
-    if (rc < 0 || (n->mpx == NULL && n->nop == NULL)) {
-        snprintf(err, errcap, "cannot create the protocol core: %s",
-                 fk_strerror(rc ? rc : FK_ENOMEM));
-        return rc ? rc : FK_ENOMEM;
+    const struct cons_core_ops *ops = cons_core_ops_of(n->proto);
+    rc = ops ? cons_core_create(&n->core, ops, &c, sm) : FK_EINVAL;
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot create the protocol core: %s", fk_strerror(rc));
+        return rc;
     }
     int restored = 0;
     rc = kv_write_begin(n->store);
     if (rc == 0)
-        rc = n->mpx ? srv_disk_restore_mpx(n->disk, n->mpx, &restored)
-                    : srv_disk_restore_nop(n->disk, n->nop, &restored);
+        rc = srv_disk_restore(n->disk, &n->core, &restored);
     if (rc < 0) {
         snprintf(err, errcap,
                  "cannot restore from %s: %s (move the directory away to recover it from the other "
@@ -513,17 +476,15 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
         srv_disk_abort(n->disk);
         return rc;
     }
-    int mode = restored ? 2 : n->o.new_cluster ? 1 : 3; /* RESTORED, FRESH, EMPTY in both cores */
-    _Static_assert(MPX_START_FRESH == 1 && NOP_START_FRESH == 1 && MPX_START_RESTORED == 2 &&
-                       NOP_START_RESTORED == 2 && MPX_START_EMPTY == 3 && NOP_START_EMPTY == 3,
-                   "start modes line up");
+    enum cons_start_mode mode = restored           ? CONS_START_RESTORED
+                                : n->o.new_cluster ? CONS_START_FRESH
+                                                   : CONS_START_EMPTY;
     fk_info("node", "starting %s",
-            mode == 2   ? "from disk"
-            : mode == 1 ? "a new cluster"
-                        : "empty: recovering state from the other replicas");
+            mode == CONS_START_RESTORED ? "from disk"
+            : mode == CONS_START_FRESH  ? "a new cluster"
+                                        : "empty: recovering state from the other replicas");
     struct cons_outbox *ob = NULL;
-    rc = n->mpx ? mpx_start(n->mpx, (enum mpx_start_mode)mode, fk_now_ns(), &ob)
-                : nop_start(n->nop, (enum nop_start_mode)mode, fk_now_ns(), &ob);
+    rc = n->core.ops->start(n->core.impl, mode, fk_now_ns(), &ob);
     if (rc == 0)
         rc = srv_disk_persist(n->disk, ob->persists, ob->npersists);
     if (rc == 0)
@@ -619,8 +580,7 @@ void srv_node_close(struct srv_node *n)
     srv_net_close(n->net);
     if (n->disk != NULL)
         srv_disk_abort(n->disk);
-    mpx_destroy(n->mpx);
-    nop_destroy(n->nop);
+    cons_core_destroy(&n->core);
     srv_disk_close(n->disk);
     kv_store_close(n->store);
     free(n->pend);

@@ -146,16 +146,18 @@ struct smsg *sim__msg(struct cons_addr from, struct cons_addr to, const uint8_t 
 
 /* ---- replicas: outbox, checks, disk ------------------------------------ */
 
+static struct cons_core_status status_of(const struct world *w, uint32_t i)
+{
+    struct cons_core_status st;
+    w->reps[i].core.ops->status(w->reps[i].core.impl, &st);
+    return st;
+}
+
+/* The commit point to check; a recovering replica has none yet. */
 static uint64_t commit_of(struct world *w, uint32_t i)
 {
-    if (w->o->proto == SIM_NOP) {
-        struct nop_stat st;
-        nop_status(w->reps[i].nop, &st);
-        return st.status == NOP_RECOVERING ? 0 : st.commit;
-    }
-    struct mpx_status st;
-    mpx_status(w->reps[i].core, &st);
-    return st.commit;
+    struct cons_core_status st = status_of(w, i);
+    return st.role == CONS_ROLE_RECOVERING ? 0 : st.commit;
 }
 
 /* Safety across replicas: a slot chosen (Multi-Paxos) or committed
@@ -165,8 +167,7 @@ static void check_chosen(struct world *w, uint32_t i)
     uint64_t commit = commit_of(w, i);
     for (uint64_t idx = w->reps[i].checked + 1; idx <= commit; idx++) {
         uint64_t h;
-        int have = w->o->proto == SIM_NOP ? nop_committed_hash(w->reps[i].nop, idx, &h)
-                                          : mpx_chosen_hash(w->reps[i].core, idx, &h);
+        int have = w->reps[i].core.ops->committed_hash(w->reps[i].core.impl, idx, &h);
         if (!have)
             continue;
         if (idx >= w->chosen_cap) {
@@ -233,19 +234,15 @@ void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
 static void feed(struct world *w, uint32_t i, const struct cons_input *in)
 {
     struct cons_outbox *ob;
-    int nop = w->o->proto == SIM_NOP;
-    int rc = nop ? nop_step(w->reps[i].nop, in, w->now, &ob)
-                 : mpx_step(w->reps[i].core, in, w->now, &ob);
+    struct cons_core *core = &w->reps[i].core;
+    int rc = core->ops->step(core->impl, in, w->now, &ob);
     w->res->steps++;
     if (rc < 0) {
         sim__fail(w, "replica %u: step failed: %s", i, fk_err_name(rc));
         return;
     }
     sim__take_outbox(w, i, ob);
-    if (nop)
-        nop_invariants(w->reps[i].nop);
-    else
-        mpx_invariants(w->reps[i].core);
+    core->ops->invariants(core->impl);
     check_chosen(w, i);
 }
 
@@ -310,23 +307,30 @@ static void on_disk(struct world *w, uint32_t i)
 
 /* ---- crash and restart ---------------------------------------------------- */
 
-static void rep_config(struct world *w, uint32_t i, struct mpx_config *c)
+/* A small log ring (SIM_LOG_CAP, SIM_NOP_LOG_CAP) so compaction, state
+ * transfer and the NOPaxos leader's pause happen often. */
+static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
 {
     memset(c, 0, sizeof *c);
     c->n = w->n;
     c->id = i;
-    c->log_cap = SIM_LOG_CAP;
-    c->window = 8;
-    c->batch_max = 4;
-    c->pending_max = 64;
     c->clients_max = SIM_CLIENTS_MAX;
     c->snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX);
-    c->arena_bytes = 256u << 10;
-    c->tick_ns = SIM_TICK_NS;
     c->heartbeat_ns = 20 * MS;
     c->election_ns = 100 * MS;
     c->seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + w->reps[i].inc;
     c->bugs = w->o->bugs;
+    if (w->o->proto == SIM_NOP) {
+        c->log_cap = SIM_NOP_LOG_CAP;
+        c->durable = w->o->durable ? 1 : 0;
+        return;
+    }
+    c->log_cap = SIM_LOG_CAP;
+    c->window = 8;
+    c->batch_max = 4;
+    c->pending_max = 64;
+    c->arena_bytes = 256u << 10;
+    c->tick_ns = SIM_TICK_NS;
 }
 
 static void wipe_disk(struct rep *r)
@@ -337,46 +341,46 @@ static void wipe_disk(struct rep *r)
         blob_clear(&r->ents[k]);
 }
 
+/* Restores replica i's core from its disk (cons_core.h order: META,
+ * SNAPSHOT, entries). Returns 0 or the first error. */
+static int restore(struct rep *r)
+{
+    const struct cons_core_ops *ops = r->core.ops;
+    int rc = ops->restore_meta(r->core.impl, r->meta.buf, r->meta.len);
+    if (rc == 0 && r->snap.buf)
+        rc = ops->restore_snapshot(r->core.impl, r->snap.buf, r->snap.len);
+    for (int k = 0; k < SIM_DISK_SLOTS && rc == 0; k++) {
+        if (r->ents[k].buf && r->ents[k].index > r->snap.index)
+            rc = ops->restore_entry(r->core.impl, r->ents[k].buf, r->ents[k].len);
+    }
+    return rc;
+}
+
 /* Boots replica i: FRESH at time 0, else from its disk (RESTORED) or, with
  * no complete state on disk, EMPTY (recovery). */
-static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
+static void boot(struct world *w, uint32_t i, enum cons_start_mode mode)
 {
     struct rep *r = &w->reps[i];
-    struct mpx_config cfg;
-    int err;
-    if (mode == MPX_START_RESTORED && !r->meta.buf)
-        mode = MPX_START_EMPTY;
-    if (mode == MPX_START_EMPTY)
+    struct cons_core_config cfg;
+    if (mode == CONS_START_RESTORED && !r->meta.buf)
+        mode = CONS_START_EMPTY;
+    if (mode == CONS_START_EMPTY)
         wipe_disk(r);
-    if (w->o->proto == SIM_NOP) {
-        sim__nop_boot(w, i, mode);
-        sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
-        return;
-    }
     rep_config(w, i, &cfg);
     r->kv = kv_mem_create(SIM_KEYS_MAX);
-    r->core = r->kv ? mpx_create(&cfg, kv_mem_sm(r->kv), &err) : NULL;
-    if (!r->core)
-        abort();
-    if (mode == MPX_START_RESTORED) {
-        int rc = mpx_restore_meta(r->core, r->meta.buf, r->meta.len);
-        if (rc == 0 && r->snap.buf)
-            rc = mpx_restore_snapshot(r->core, r->snap.buf, r->snap.len);
-        for (int k = 0; k < SIM_DISK_SLOTS && rc == 0; k++) {
-            if (r->ents[k].buf && r->ents[k].index > r->snap.index)
-                rc = mpx_restore_entry(r->core, r->ents[k].buf, r->ents[k].len);
-        }
+    if (!r->kv || cons_core_create(&r->core, w->ops, &cfg, kv_mem_sm(r->kv)) < 0)
+        abort(); /* out of memory or a bad constant: the run cannot go on */
+    if (mode == CONS_START_RESTORED) {
+        int rc = restore(r);
         if (rc < 0)
             sim__fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
     }
     struct cons_outbox *ob;
-    int rc = mpx_start(r->core, mode, w->now, &ob);
+    int rc = r->core.ops->start(r->core.impl, mode, w->now, &ob);
     if (rc < 0)
         sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
     r->up = 1;
-    struct mpx_status st;
-    mpx_status(r->core, &st);
-    r->checked = st.commit;
+    r->checked = 0;
     sim__take_outbox(w, i, ob);
     sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
 }
@@ -384,11 +388,8 @@ static void boot(struct world *w, uint32_t i, enum mpx_start_mode mode)
 static void crash(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
-    mpx_destroy(r->core);
-    nop_destroy(r->nop);
+    cons_core_destroy(&r->core);
     kv_mem_destroy(r->kv);
-    r->core = NULL;
-    r->nop = NULL;
     r->kv = NULL;
     r->up = 0;
     r->disk_busy = 0;
@@ -399,17 +400,8 @@ static void crash(struct world *w, uint32_t i)
 static uint32_t down_count(struct world *w)
 {
     uint32_t d = 0;
-    for (uint32_t i = 0; i < w->n; i++) {
-        struct mpx_status st;
-        struct nop_stat ns;
-        if (!w->reps[i].up)
-            d++;
-        else if (w->o->proto == SIM_NOP) {
-            nop_status(w->reps[i].nop, &ns);
-            d += ns.status == NOP_RECOVERING;
-        } else if ((mpx_status(w->reps[i].core, &st), st.role == MPX_RECOVERING))
-            d++;
-    }
+    for (uint32_t i = 0; i < w->n; i++)
+        d += !w->reps[i].up || status_of(w, i).role == CONS_ROLE_RECOVERING;
     return d;
 }
 
@@ -430,22 +422,13 @@ static void crash_all(struct world *w)
         crash(w, i);
         w->res->crashes++;
         sim__at(w, sim__urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
-                MPX_START_RESTORED, NULL);
+                CONS_START_RESTORED, NULL);
     }
 }
 
 static int is_leader(struct world *w, uint32_t i)
 {
-    if (!w->reps[i].up)
-        return 0;
-    if (w->o->proto == SIM_NOP) {
-        struct nop_stat st;
-        nop_status(w->reps[i].nop, &st);
-        return st.is_leader && st.status == NOP_NORMAL;
-    }
-    struct mpx_status st;
-    mpx_status(w->reps[i].core, &st);
-    return st.role == MPX_LEADER;
+    return w->reps[i].up && status_of(w, i).role == CONS_ROLE_LEADER;
 }
 
 static void set_sides(struct world *w, uint32_t a, uint32_t b)
@@ -490,7 +473,7 @@ static void amnesia_step(struct world *w, uint32_t step)
         w->res->crashes++;
         w->res->empty_restarts++;
         w->res->amnesias++;
-        sim__at(w, sim__urange(w, 1 * MS, 20 * MS), EV_RESTART, a, w->reps[a].inc, MPX_START_EMPTY,
+        sim__at(w, sim__urange(w, 1 * MS, 20 * MS), EV_RESTART, a, w->reps[a].inc, CONS_START_EMPTY,
                 NULL);
         sim__at(w, sim__urange(w, 100 * MS, 400 * MS), EV_AMNESIA, a, 0, 2, NULL);
     } else {
@@ -530,7 +513,7 @@ static void on_fault(struct world *w)
             w->res->crashes++;
             w->res->empty_restarts += (uint64_t)empty;
             sim__at(w, sim__urange(w, 30 * MS, 600 * MS), EV_RESTART, i, w->reps[i].inc,
-                    empty ? MPX_START_EMPTY : MPX_START_RESTORED, NULL);
+                    empty ? CONS_START_EMPTY : CONS_START_RESTORED, NULL);
         }
     } else if (dice < 88 && w->o->durable && w->o->proto == SIM_NOP) {
         crash_all(w);
@@ -551,7 +534,7 @@ static void on_heal(struct world *w)
     for (uint32_t i = 0; i < w->n; i++) {
         if (!w->reps[i].up) {
             w->reps[i].inc++;
-            boot(w, i, MPX_START_RESTORED);
+            boot(w, i, CONS_START_RESTORED);
         }
     }
 }
@@ -782,8 +765,8 @@ static void dispatch(struct world *w, struct ev *e)
     case EV_RESTART:
         if (!r->up && e->inc == r->inc) {
             sim__say(w, 1, "restart replica %u %s", e->who,
-                     e->arg == MPX_START_EMPTY ? "empty" : "with disk");
-            boot(w, e->who, (enum mpx_start_mode)e->arg);
+                     e->arg == CONS_START_EMPTY ? "empty" : "with disk");
+            boot(w, e->who, (enum cons_start_mode)e->arg);
         }
         break;
     case EV_HEAL:
@@ -811,16 +794,10 @@ static int clients_idle(const struct world *w)
  * NOPaxos leader executes ahead of the commit point). */
 static int settled_prefix(struct world *w, uint32_t i, uint64_t *applied)
 {
-    if (w->o->proto == SIM_NOP) {
-        struct nop_stat st;
-        nop_status(w->reps[i].nop, &st);
-        *applied = st.executed;
-        return st.status == NOP_NORMAL && st.executed <= st.commit;
-    }
-    struct mpx_status st;
-    mpx_status(w->reps[i].core, &st);
+    struct cons_core_status st = status_of(w, i);
     *applied = st.applied;
-    return 1;
+    return st.applied <= st.commit && st.role != CONS_ROLE_RECOVERING &&
+           st.role != CONS_ROLE_VIEW_CHANGE;
 }
 
 /* Replicas that applied the same prefix must hold the same state. */
@@ -848,6 +825,7 @@ static void check_states(struct world *w)
 
 static void setup(struct world *w)
 {
+    w->ops = w->o->proto == SIM_NOP ? &nop_core_ops : &mpx_core_ops;
     w->n = sim__rnd(w) % 100 < 60 ? 3 : 5;
     w->f = w->n / 2;
     w->nclients = (uint32_t)sim__urange(w, 2, 5);
@@ -864,7 +842,7 @@ static void setup(struct world *w)
     w->res->drop_p = w->drop_p;
     w->res->dup_p = w->dup_p;
     for (uint32_t i = 0; i < w->n; i++)
-        boot(w, i, MPX_START_FRESH);
+        boot(w, i, CONS_START_FRESH);
     for (uint32_t c = 0; c < w->nclients; c++) {
         w->cl[c].id = c + 1;
         w->cl[c].target = (uint32_t)(sim__rnd(w) % w->n);
@@ -912,19 +890,10 @@ static void dump(struct world *w)
         struct rep *r = &w->reps[i];
         if (!r->up) {
             printf("  replica %u: down\n", i);
-        } else if (w->o->proto == SIM_NOP) {
-            struct nop_stat st;
-            nop_status(r->nop, &st);
-            printf("  replica %u: status %u view (%u,%u)%s log %" PRIu64 " commit %" PRIu64
-                   " executed %" PRIu64 "\n",
-                   i, st.status, st.view.leader_num, st.view.session, st.is_leader ? " leader" : "",
-                   st.log_len, st.commit, st.executed);
         } else {
-            struct mpx_status st;
-            mpx_status(r->core, &st);
-            printf("  replica %u: role %u ballot %#" PRIx64 " commit %" PRIu64 " applied %" PRIu64
-                   " last %" PRIu64 "\n",
-                   i, st.role, st.promised, st.commit, st.applied, st.last);
+            char line[512];
+            r->core.ops->describe(r->core.impl, line, sizeof line);
+            printf("  replica %u: %s\n", i, line);
         }
     }
 }

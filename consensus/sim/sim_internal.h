@@ -7,6 +7,7 @@
 #define SIM_INTERNAL_H
 
 #include "cons.h"
+#include "cons_core.h"
 #include "kv.h"
 #include "lin.h"
 #include "mpx.h"
@@ -65,8 +66,7 @@ struct blob {
 };
 
 struct rep {
-    struct mpx *core; /* Multi-Paxos */
-    struct nop *nop;  /* NOPaxos */
+    struct cons_core core; /* either protocol (cons_core.h) */
     struct kv_mem *kv;
     int up, disk_busy, side;
     uint32_t inc;
@@ -89,6 +89,7 @@ struct client {
 
 struct world {
     const struct sim_opts *o;
+    const struct cons_core_ops *ops; /* the protocol, picked once */
     struct sim_result *res;
     uint64_t rng, now, seq;
     struct ev *heap;
@@ -128,9 +129,6 @@ void sim__client_done(struct world *w, struct client *c, const struct cons_reply
 void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob);
 
 /* sim_nop.c */
-/* Boots NOPaxos replica i in mode (enum mpx_start_mode: FRESH, RESTORED
- * from its disk, which then holds a META record, or EMPTY). */
-void sim__nop_boot(struct world *w, uint32_t i, int mode);
 void sim__nop_client_send(struct world *w, struct client *c);
 void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m);
 void sim__nop_failover(struct world *w);

@@ -1,7 +1,7 @@
-/* sim_nop.c: the NOPaxos side of the simulator: booting replicas (fresh,
- * from their disk, or empty),
- * the sequencer and ordered unreliable multicast (NOPaxos section 4), and
- * clients that accept f+1 matching replies including the leader's. */
+/* sim_nop.c: the NOPaxos side of the simulator's clients: the sequencer
+ * and ordered unreliable multicast (NOPaxos section 4), and clients that
+ * accept f+1 matching replies including the leader's. The replicas are
+ * driven through cons_core.h like Multi-Paxos ones (sim.c). */
 #include "sim_internal.h"
 
 #include "cons_wire.h"
@@ -10,57 +10,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Restores replica i's core from its disk (nop.h order: META, SNAPSHOT,
- * entries). Returns 0 or the first error. */
-static int restore(struct rep *r)
-{
-    int rc = nop_restore_meta(r->nop, r->meta.buf, r->meta.len);
-    if (rc == 0 && r->snap.buf)
-        rc = nop_restore_snapshot(r->nop, r->snap.buf, r->snap.len);
-    for (int k = 0; k < SIM_DISK_SLOTS && rc == 0; k++) {
-        if (r->ents[k].buf && r->ents[k].index > r->snap.index)
-            rc = nop_restore_entry(r->nop, r->ents[k].buf, r->ents[k].len);
-    }
-    return rc;
-}
-
-void sim__nop_boot(struct world *w, uint32_t i, int mode)
-{
-    struct rep *r = &w->reps[i];
-    struct nop_config c = {
-        .n = w->n,
-        .id = i,
-        .log_cap = SIM_NOP_LOG_CAP,
-        .snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX),
-        .clients_max = SIM_CLIENTS_MAX,
-        .heartbeat_ns = 20 * MS,
-        .election_ns = 100 * MS,
-        .seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + r->inc,
-        .durable = w->o->durable ? 1 : 0,
-        .bugs = w->o->bugs,
-    };
-    int err;
-    r->kv = kv_mem_create(SIM_KEYS_MAX);
-    r->nop = r->kv ? nop_create(&c, kv_mem_sm(r->kv), &err) : NULL;
-    if (!r->nop)
-        abort(); /* out of memory or a bad constant: the run cannot go on */
-    enum nop_start_mode nm = mode == MPX_START_FRESH      ? NOP_START_FRESH
-                             : mode == MPX_START_RESTORED ? NOP_START_RESTORED
-                                                          : NOP_START_EMPTY;
-    if (nm == NOP_START_RESTORED) {
-        int rc = restore(r);
-        if (rc < 0)
-            sim__fail(w, "replica %u: restore failed: %s", i, fk_err_name(rc));
-    }
-    struct cons_outbox *ob;
-    int rc = nop_start(r->nop, nm, w->now, &ob);
-    if (rc < 0)
-        sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
-    r->up = 1;
-    r->checked = 0;
-    sim__take_outbox(w, i, ob);
-}
 
 /* Stamps the next number and multicasts msg with it; per replica the OUM
  * delivers in stamp order, each message either intact or as a drop

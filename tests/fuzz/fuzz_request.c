@@ -41,6 +41,7 @@
  * the server's checks and is accepted; nothing a client sends poisons the
  * replica; the core's invariants hold after every step.
  */
+#include "cons_core.h"
 #include "cons_wire.h"
 #include "fk_error.h"
 #include "fkc_proto.h"
@@ -67,8 +68,7 @@ static uint8_t tuple[1 + CONS_WIRE_OP_MAX + 64 + FKC_OUM_MSG_MAX];
 
 struct node {
     int nop; /* the protocol: NOPaxos, else Multi-Paxos */
-    struct mpx *mpx;
-    struct nop *np;
+    struct cons_core core;
     struct kv_mem *kv;
     uint64_t now;
     uint64_t cookie, durable; /* the highest persist cookie issued, reported */
@@ -234,11 +234,8 @@ static void drain(struct node *n, const struct cons_outbox *out)
 static int core_step(struct node *n, const struct cons_input *in)
 {
     struct cons_outbox *out;
-    int rc = n->nop ? nop_step(n->np, in, n->now, &out) : mpx_step(n->mpx, in, n->now, &out);
-    if (n->nop)
-        nop_invariants(n->np);
-    else
-        mpx_invariants(n->mpx);
+    int rc = n->core.ops->step(n->core.impl, in, n->now, &out);
+    n->core.ops->invariants(n->core.impl);
     if (rc == FK_EPOISONED)
         abort(); /* nothing a client or a healthy peer sends may do that */
     drain(n, out);
@@ -280,17 +277,11 @@ static void feed(struct node *n, const struct cons_input *in, int want, int may_
  * fill_status); the body is ignored. */
 static void status(const struct node *n)
 {
-    if (n->nop) {
-        struct nop_stat st;
-        nop_status(n->np, &st);
-        if (st.executed > st.log_len)
-            abort();
-    } else {
-        struct mpx_status st;
-        mpx_status(n->mpx, &st);
-        if (st.applied > st.commit || st.role != MPX_LEADER)
-            abort();
-    }
+    struct cons_core_status st;
+    n->core.ops->status(n->core.impl, &st);
+    if (st.applied > st.last ||
+        (!n->nop && (st.applied > st.commit || st.role != CONS_ROLE_LEADER)))
+        abort();
 }
 
 /* A kv.req message from client dst: srv_net.c next_request's checks, then
@@ -447,55 +438,36 @@ static void record(struct node *n, const uint8_t h[3], const uint8_t *p, size_t 
     }
 }
 
-static struct mpx_config mpx_cfg(void)
-{
-    struct mpx_config c = {
-        .n = 3,
-        .log_cap = 16,
-        .window = 4,
-        .batch_max = 2,
-        .pending_max = 16,
-        .clients_max = 3, /* fewer than the 4 clients ops use: evictions */
-        .snapshot_max = kv_mem_snapshot_max(KEYS_MAX),
-        .arena_bytes = 256u << 10,
-        .tick_ns = MS,
-        .heartbeat_ns = 20 * MS,
-        .election_ns = 100 * MS,
-        .seed = 1,
-    };
-    return c;
-}
-
 /* Replica 0, started FRESH; under Multi-Paxos elected leader with the
  * peers' help (a follower answers clients FK_ENOTLEADER only). */
 static void make_node(struct node *n)
 {
-    struct nop_config c = {
+    struct cons_core_config c = {
         .n = 3,
         .log_cap = 16,
-        .clients_max = 3,
+        .clients_max = 3, /* fewer than the 4 clients ops use: evictions */
         .snapshot_max = kv_mem_snapshot_max(KEYS_MAX),
-        .arena_bytes = 64u << 10,
+        .arena_bytes = n->nop ? 64u << 10 : 256u << 10,
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,
         .seed = 1,
+        .window = 4,
+        .batch_max = 2,
+        .pending_max = 16,
+        .tick_ns = MS,
     };
-    struct mpx_config mc = mpx_cfg();
     struct cons_outbox *out;
-    int err = 0;
     n->kv = kv_mem_create(KEYS_MAX);
-    if (n->kv && n->nop)
-        n->np = nop_create(&c, kv_mem_sm(n->kv), &err);
-    else if (n->kv)
-        n->mpx = mpx_create(&mc, kv_mem_sm(n->kv), &err);
-    if (n->nop ? !n->np || nop_start(n->np, NOP_START_FRESH, n->now, &out) < 0
-               : !n->mpx || mpx_start(n->mpx, MPX_START_FRESH, n->now, &out) < 0)
+    if (!n->kv ||
+        cons_core_create(&n->core, n->nop ? &nop_core_ops : &mpx_core_ops, &c, kv_mem_sm(n->kv)) <
+            0 ||
+        n->core.ops->start(n->core.impl, CONS_START_FRESH, n->now, &out) < 0)
         abort();
     drain(n, out);
     settle(n);
     if (!n->nop) {
         struct cons_input tick = {.kind = CONS_IN_TICK};
-        n->now += 2 * mc.election_ns;
+        n->now += 2 * c.election_ns;
         feed(n, &tick, 0, 0);
         status(n); /* a leader now */
     }
@@ -523,8 +495,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         data += 5 + len;
         size -= 5 + len;
     }
-    nop_destroy(n.np);
-    mpx_destroy(n.mpx);
+    cons_core_destroy(&n.core);
     kv_mem_destroy(n.kv);
     return 0;
 }

@@ -19,6 +19,7 @@
 #include "fk_error.h"
 #include "kv_sm.h"
 #include "kv_store.h"
+#include "cons_core.h"
 #include "mpx.h"
 #include "nop.h"
 #include "srv_disk.h"
@@ -47,8 +48,7 @@ struct rep {
     struct kv_store *store;
     struct kv_sm sm;
     struct srv_disk *disk;
-    struct mpx *mpx;
-    struct nop *nop;
+    struct cons_core core;
     int up, txn, disk_failed;
     uint64_t fed; /* highest durable cookie fed to the core */
     uint32_t inc; /* incarnation, for a fresh seed */
@@ -76,34 +76,33 @@ struct group {
 
 /* ---- replicas -------------------------------------------------------- */
 
-static void mpx_cfg(struct group *g, uint32_t i, struct mpx_config *c)
+static void core_cfg(struct group *g, uint32_t i, struct cons_core_config *c)
 {
     memset(c, 0, sizeof *c);
     c->n = N;
     c->id = i;
+    c->clients_max = 4;
+    c->snapshot_max = SNAP_MAX;
+    c->heartbeat_ns = 10;
+    c->seed = 1000 * g->r[i].inc + i + 1;
+    if (g->nop) {
+        c->log_cap = 64; /* checkpoints every 16 committed slots */
+        c->election_ns = 100;
+        return;
+    }
     c->log_cap = 16; /* snapshots every 8 applied slots: SNAPSHOT items and trims */
     c->window = 4;
     c->batch_max = 2;
     c->pending_max = 8;
-    c->clients_max = 4;
-    c->snapshot_max = SNAP_MAX;
     c->arena_bytes = 1 << 20;
-    c->heartbeat_ns = 10;
     c->election_ns = 50 + 20 * i;
-    c->seed = 1000 * g->r[i].inc + i + 1;
 }
 
-static void nop_cfg(struct group *g, uint32_t i, struct nop_config *c)
+static struct cons_core_status status_of(struct group *g, uint32_t i)
 {
-    memset(c, 0, sizeof *c);
-    c->n = N;
-    c->id = i;
-    c->log_cap = 64; /* checkpoints every 16 committed slots */
-    c->clients_max = 4;
-    c->snapshot_max = SNAP_MAX;
-    c->heartbeat_ns = 10;
-    c->election_ns = 100;
-    c->seed = 1000 * g->r[i].inc + i + 1;
+    struct cons_core_status st;
+    g->r[i].core.ops->status(g->r[i].core.impl, &st);
+    return st;
 }
 
 static void drain(struct group *g, uint32_t i, struct cons_outbox *ob);
@@ -208,13 +207,8 @@ static void step_here(struct group *g, uint32_t i, const struct cons_input *in)
     struct rep *r = &g->r[i];
     struct cons_outbox *ob;
     CHECK(r->up && r->txn);
-    if (g->nop) {
-        CHECK_OK(nop_step(r->nop, in, g->now, &ob));
-        nop_invariants(r->nop);
-    } else {
-        CHECK_OK(mpx_step(r->mpx, in, g->now, &ob));
-        mpx_invariants(r->mpx);
-    }
+    CHECK_OK(r->core.ops->step(r->core.impl, in, g->now, &ob));
+    r->core.ops->invariants(r->core.impl);
     drain(g, i, ob);
 }
 
@@ -235,12 +229,9 @@ static void kill_here(struct group *g, uint32_t i)
 {
     struct rep *r = &g->r[i];
     CHECK(r->up);
-    mpx_destroy(r->mpx);
-    nop_destroy(r->nop);
+    cons_core_destroy(&r->core);
     srv_disk_close(r->disk);
     kv_store_close(r->store);
-    r->mpx = NULL;
-    r->nop = NULL;
     r->disk = NULL;
     r->store = NULL;
     r->up = r->txn = 0;
@@ -379,35 +370,22 @@ static int boot_here(struct group *g, uint32_t i, int fresh)
 {
     struct rep *r = &g->r[i];
     struct cons_outbox *ob;
-    int err, restored;
+    int restored;
     r->inc++;
     r->fed = 0;
     open_store(g, i);
     begin(r);
     r->up = 1;
-    if (g->nop) {
-        struct nop_config c;
-        nop_cfg(g, i, &c);
-        r->nop = nop_create(&c, kv_sm_cons(&r->sm), &err);
-        CHECK(r->nop != NULL);
-        CHECK_OK(srv_disk_restore_nop(r->disk, r->nop, &restored));
-        CHECK_OK(nop_start(r->nop,
-                           restored ? NOP_START_RESTORED
-                           : fresh  ? NOP_START_FRESH
-                                    : NOP_START_EMPTY,
-                           g->now, &ob));
-    } else {
-        struct mpx_config c;
-        mpx_cfg(g, i, &c);
-        r->mpx = mpx_create(&c, kv_sm_cons(&r->sm), &err);
-        CHECK(r->mpx != NULL);
-        CHECK_OK(srv_disk_restore_mpx(r->disk, r->mpx, &restored));
-        CHECK_OK(mpx_start(r->mpx,
-                           restored ? MPX_START_RESTORED
-                           : fresh  ? MPX_START_FRESH
-                                    : MPX_START_EMPTY,
-                           g->now, &ob));
-    }
+    struct cons_core_config c;
+    core_cfg(g, i, &c);
+    CHECK_OK(
+        cons_core_create(&r->core, g->nop ? &nop_core_ops : &mpx_core_ops, &c, kv_sm_cons(&r->sm)));
+    CHECK_OK(srv_disk_restore(r->disk, &r->core, &restored));
+    CHECK_OK(r->core.ops->start(r->core.impl,
+                                restored ? CONS_START_RESTORED
+                                : fresh  ? CONS_START_FRESH
+                                         : CONS_START_EMPTY,
+                                g->now, &ob));
     CHECK(!(fresh && restored));
     drain(g, i, ob);
     if (r->up)
@@ -666,13 +644,9 @@ static void check_reads(struct group *g)
 
 static uint64_t applied_of(struct group *g, uint32_t i)
 {
-    if (g->nop) {
-        struct nop_stat st;
-        nop_status(g->r[i].nop, &st);
-        return st.status == NOP_NORMAL ? st.executed : 0;
-    }
-    struct mpx_status st;
-    mpx_status(g->r[i].mpx, &st);
+    struct cons_core_status st = status_of(g, i);
+    if (g->nop && (st.role == CONS_ROLE_RECOVERING || st.role == CONS_ROLE_VIEW_CHANGE))
+        return 0;
     return st.applied;
 }
 
@@ -698,12 +672,7 @@ static int leader(struct group *g)
 {
     for (int k = 0; k < 400; k++) {
         for (uint32_t i = 0; i < N; i++) {
-            struct mpx_status st;
-            struct nop_stat ns;
-            if (!g->r[i].up)
-                continue;
-            if (g->nop ? (nop_status(g->r[i].nop, &ns), ns.is_leader && ns.status == NOP_NORMAL)
-                       : (mpx_status(g->r[i].mpx, &st), st.role == MPX_LEADER))
+            if (g->r[i].up && status_of(g, i).role == CONS_ROLE_LEADER)
                 return (int)i;
         }
         round_(g);
@@ -938,9 +907,7 @@ TEST(nop_disks_hold_committed_prefix_after_group_crash)
         kill_rep(&g, i);
     for (uint32_t i = 0; i < N; i++) {
         CHECK_EQ_I64(boot(&g, i, 0), 1);
-        struct nop_stat st;
-        nop_status(g.r[i].nop, &st);
-        CHECK_EQ_U64(st.executed, exec);
+        CHECK_EQ_U64(status_of(&g, i).applied, exec);
         CHECK_OK(data_of(&g, i, after, sizeof after, &la));
         CHECK(la == lb && memcmp(before, after, la) == 0);
     }
@@ -959,8 +926,9 @@ TEST(api_misuse_and_full_map)
     open_store(&g, 0);
     struct srv_disk *d = r->disk;
     int restored = 7;
-    CHECK_ERR(srv_disk_restore_mpx(d, NULL, &restored), FK_EINVAL);
-    CHECK_ERR(srv_disk_restore_nop(d, (struct nop *)1, &restored), FK_EINVAL); /* proto */
+    CHECK_ERR(srv_disk_restore(d, NULL, &restored), FK_EINVAL);
+    struct cons_core other = {&nop_core_ops, (void *)1};
+    CHECK_ERR(srv_disk_restore(d, &other, &restored), FK_EINVAL); /* proto */
     struct cons_persist p = {.kind = CONS_PERSIST_META, .cookie = 1, .buf = big, .len = 8};
     CHECK_ERR(srv_disk_persist(d, &p, 1), FK_EINVAL); /* no transaction */
     uint64_t durable = 9;
@@ -1001,19 +969,18 @@ TEST(api_misuse_and_full_map)
     CHECK_OK(kv_meta_get(r->store, SRV_DISK_META_KEY, meta, sizeof meta, &len));
     CHECK_EQ_U64(len, 8);
     /* Restore outside a transaction is misuse; a lost transaction poisons. */
-    struct mpx_config c;
-    int err;
-    mpx_cfg(&g, 0, &c);
-    struct mpx *m = mpx_create(&c, kv_sm_cons(&r->sm), &err);
-    CHECK(m != NULL);
-    CHECK_ERR(srv_disk_restore_mpx(d, m, &restored), FK_EINVAL);
+    struct cons_core_config c;
+    core_cfg(&g, 0, &c);
+    struct cons_core m;
+    CHECK_OK(cons_core_create(&m, &mpx_core_ops, &c, kv_sm_cons(&r->sm)));
+    CHECK_ERR(srv_disk_restore(d, &m, &restored), FK_EINVAL);
     CHECK_OK(kv_write_begin(r->store));
-    CHECK_ERR(srv_disk_restore_mpx(d, m, &restored), FK_EMALFORMED); /* 8 bytes of zeros */
+    CHECK_ERR(srv_disk_restore(d, &m, &restored), FK_EMALFORMED); /* 8 bytes of zeros */
     CHECK_OK(srv_disk_wipe(d));
     p.cookie = 1;
     CHECK_OK(srv_disk_persist(d, &p, 1));
     CHECK_ERR(srv_disk_abort(d), FK_EPOISONED);
-    mpx_destroy(m);
+    cons_core_destroy(&m);
     srv_disk_close(d);
     kv_store_close(r->store);
     r->store = NULL;

@@ -1,0 +1,116 @@
+/*
+ * cons_core.h: one interface over both protocol cores (mpx_, nop_).
+ *
+ * A driver (flowkv-server's srv_node, the simulator, the unit tests) picks
+ * a protocol once, with cons_core_ops_of, and from then on talks to the
+ * core only through struct cons_core: create, restore, start, step,
+ * status, describe, invariants, destroy. Everything protocol-specific
+ * (ballots or views, pre-vote or gap agreement) stays inside the core; the
+ * contract of every call is cons.h's (inputs in, outbox out, durability by
+ * persist cookies), and mpx.h and nop.h document what each protocol does
+ * behind it.
+ *
+ * Thread safety: a core handle belongs to one thread.
+ */
+#ifndef CONS_CORE_H
+#define CONS_CORE_H
+
+#include "cons.h"
+#include "cons_wire.h" /* enum cons_proto */
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A replica's role, as clients and operators see it (the values of
+ * fkc_proto.h's enum fkc_role). Multi-Paxos uses FOLLOWER, CANDIDATE,
+ * LEADER and RECOVERING; NOPaxos FOLLOWER, LEADER (the leader of a view in
+ * normal status), VIEW_CHANGE and RECOVERING. */
+enum cons_role {
+    CONS_ROLE_FOLLOWER = 1,
+    CONS_ROLE_CANDIDATE = 2,
+    CONS_ROLE_LEADER = 3,
+    CONS_ROLE_RECOVERING = 4,
+    CONS_ROLE_VIEW_CHANGE = 5,
+};
+
+/* How a core starts (the values of enum mpx_start_mode and nop_start_mode). */
+enum cons_start_mode {
+    CONS_START_FRESH = 1,    /* a member of a brand-new group */
+    CONS_START_RESTORED = 2, /* after restore_meta (and snapshot, entries) from its disk */
+    CONS_START_EMPTY = 3,    /* lost its disk: recovers from the others first */
+};
+
+/* What both cores need to be created. Fields one protocol does not use are
+ * ignored by it (marked); 0 in those means the core's own default. */
+struct cons_core_config {
+    uint32_t n, id;        /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
+    uint32_t log_cap;      /* in-memory log entries (mpx.h, nop.h: their ranges) */
+    uint32_t clients_max;  /* client table rows, 1..CONS_CLIENTS_MAX */
+    size_t snapshot_max;   /* bytes of a state machine snapshot */
+    size_t arena_bytes;    /* outbox arena */
+    uint64_t heartbeat_ns; /* leader heartbeat, retransmission period */
+    uint64_t election_ns;  /* a follower that hears no leader this long acts */
+    uint64_t seed;         /* jitter and recovery nonce; fresh per incarnation */
+    uint32_t bugs;         /* planted bugs (enum mpx_bug or nop_bug); 0 in production */
+    /* Multi-Paxos only */
+    uint32_t window, batch_max, pending_max;
+    uint64_t tick_ns;
+    /* NOPaxos only: 1 = durable mode (nop.h, "Persistence") */
+    uint32_t durable;
+};
+
+/* A core's state in protocol-neutral terms. */
+struct cons_core_status {
+    uint8_t role;      /* enum cons_role */
+    uint64_t term;     /* Multi-Paxos: ballot promised; NOPaxos: leader_num << 32 | session */
+    uint32_t leader;   /* the replica believed to lead, UINT32_MAX if unknown */
+    uint64_t commit;   /* every entry <= commit is chosen (committed) here */
+    uint64_t applied;  /* every entry <= applied is applied (executed) here */
+    uint64_t last;     /* highest log entry held (NOPaxos: the log length) */
+    uint64_t dropped;  /* outbox messages dropped (full arena, held ring) */
+    uint64_t syncs[3]; /* NOPaxos leader: syncs sent by kind (nop.h); else 0 */
+    uint64_t stalls;   /* NOPaxos leader: times it stopped taking requests; else 0 */
+};
+
+struct cons_core_ops {
+    enum cons_proto proto;
+    const char *name; /* "multipaxos", "nopaxos" */
+    /* Creates a replica applying to sm (borrowed for its lifetime); NULL
+     * with *err = FK_EINVAL (bad config) or FK_ENOMEM. */
+    void *(*create)(const struct cons_core_config *cfg, struct cons_sm sm, int *err);
+    void (*destroy)(void *core); /* safe on NULL */
+    /* Before start(RESTORED): META, then the SNAPSHOT if any, then ENTRY
+     * records (mpx.h, nop.h: what each accepts and in which order). */
+    int (*restore_meta)(void *core, const uint8_t *buf, size_t len);
+    int (*restore_snapshot)(void *core, const uint8_t *buf, size_t len);
+    int (*restore_entry)(void *core, const uint8_t *buf, size_t len);
+    int (*start)(void *core, enum cons_start_mode mode, uint64_t now, struct cons_outbox **out);
+    int (*step)(void *core, const struct cons_input *in, uint64_t now, struct cons_outbox **out);
+    void (*status)(const void *core, struct cons_core_status *st);
+    /* One line for diagnostics (the SIGUSR1 dump); snprintf's count. */
+    int (*describe)(const void *core, char *buf, size_t cap);
+    /* If entry `index` is chosen (committed) and still in memory, sets
+     * *hash to a hash of its operations and returns 1; else 0. */
+    int (*committed_hash)(const void *core, uint64_t index, uint64_t *hash);
+    void (*invariants)(const void *core); /* aborts on violation */
+};
+
+extern const struct cons_core_ops mpx_core_ops; /* Multi-Paxos (mpx.h) */
+extern const struct cons_core_ops nop_core_ops; /* NOPaxos (nop.h) */
+
+/* The ops of a protocol; NULL for an unknown one. */
+const struct cons_core_ops *cons_core_ops_of(enum cons_proto proto);
+
+/* A core and its ops: what drivers hold. */
+struct cons_core {
+    const struct cons_core_ops *ops;
+    void *impl;
+};
+
+/* Creates core->impl with ops; 0, FK_EINVAL or FK_ENOMEM (core->impl NULL). */
+int cons_core_create(struct cons_core *core, const struct cons_core_ops *ops,
+                     const struct cons_core_config *cfg, struct cons_sm sm);
+/* Destroys the core and clears the handle; safe on an empty handle. */
+void cons_core_destroy(struct cons_core *core);
+
+#endif /* CONS_CORE_H */
