@@ -103,7 +103,7 @@ _Static_assert(sizeof(struct fkc_oum) == 48, "oum header is 48 bytes");
 /* kv.oum fragments: a small operation (a get, or a put of up to 144 bytes
  * of key and value: YCSB-B's update is 100) is one fragment and one
  * sequence number; the largest op takes
- * ceil(FKC_OUM_MSG_MAX / (FKC_OUM_TUPLE - FLOW_MSG_HDR)) = 10 numbers, its
+ * ceil(FKC_OUM_MSG_MAX / (FKC_OUM_TUPLE - FLOW_MSG_HDR)) = 12 numbers, its
  * leading fragments NO-OPs in the replicas' logs (nop.h, fills). Tuples
  * are fixed-size (DFI section 3), so the size is what every small request
  * pays: with 512 bytes a YCSB-B burst filled 16-tuple segments and the

@@ -421,13 +421,20 @@ static int check_op(const struct flowkv_op *op)
 {
     if (op == NULL || op->type < FLOWKV_GET || op->type > FLOWKV_SCAN || op->key == NULL)
         return FK_EINVAL;
-    if (op->klen > FLOWKV_KEY_MAX || op->vlen > FLOWKV_VAL_MAX || op->elen > FLOWKV_VAL_MAX)
-        return FK_ETOOBIG;
+    if (op->klen > FLOWKV_KEY_MAX)
+        return FK_EKEYSIZE;
+    if (op->vlen > FLOWKV_VAL_MAX || op->elen > FLOWKV_VAL_MAX)
+        return FK_EVALSIZE;
     if (op->type != FLOWKV_SCAN && op->klen == 0)
         return FK_EINVAL;
     if ((op->vlen && op->val == NULL) || (op->elen && op->exp == NULL))
         return FK_EINVAL;
     if (op->type == FLOWKV_SCAN && (op->count == 0 || op->count > FLOWKV_SCAN_MAX))
+        return FK_EINVAL;
+    if (op->type == FLOWKV_SCAN && op->endlen > FLOWKV_KEY_MAX)
+        return FK_EKEYSIZE;
+    if ((op->type == FLOWKV_SCAN && op->endlen && op->end == NULL) ||
+        (op->flags & ~FLOWKV_SCAN_AFTER) || (op->type != FLOWKV_SCAN && op->flags))
         return FK_EINVAL;
     return 0;
 }
@@ -459,6 +466,13 @@ int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
     if (op->type == FLOWKV_CAS) {
         s->op.exp_len = (uint16_t)op->elen;
         memcpy(s->op.exp, op->exp, op->elen);
+    }
+    if (op->type == FLOWKV_SCAN) { /* the end key travels as exp (cons.h) */
+        _Static_assert(FLOWKV_SCAN_AFTER == CONS_SCAN_AFTER, "scan flags line up");
+        s->op.scan_flags = (uint8_t)op->flags;
+        s->op.exp_len = (uint16_t)op->endlen;
+        if (op->endlen)
+            memcpy(s->op.exp, op->end, op->endlen);
     }
     s->busy = 1;
     s->done = 0;
@@ -695,6 +709,52 @@ int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
     if (rc == 0)
         memcpy(res->data, d.data, d.len);
     return rc;
+}
+
+int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *end, size_t elen,
+                      uint32_t count, flowkv_visit_fn fn, void *arg)
+{
+    static const uint8_t empty[1];
+    if (fn == NULL || count == 0 || count > FLOWKV_SCAN_COUNT_MAX || (slen && start == NULL) ||
+        (elen && end == NULL))
+        return FK_EINVAL;
+    if (slen > FLOWKV_KEY_MAX || elen > FLOWKV_KEY_MAX)
+        return FK_EKEYSIZE;
+    uint8_t next[FLOWKV_KEY_MAX];
+    struct flowkv_op op = {.type = FLOWKV_SCAN,
+                           .key = slen ? start : empty,
+                           .klen = slen,
+                           .end = elen ? end : NULL,
+                           .endlen = elen};
+    uint32_t got = 0;
+    /* Bounded: every page but the last visits at least one pair. */
+    while (got < count) {
+        op.count = count - got < FLOWKV_SCAN_MAX ? count - got : FLOWKV_SCAN_MAX;
+        struct flowkv_done d;
+        int rc = call(kv, &op, &d);
+        if (rc < 0)
+            return rc;
+        struct flowkv_result page; /* a view of d's bytes for flowkv_scan_next */
+        page.len = d.len;
+        size_t off = 0, kl = 0, vl;
+        const uint8_t *k, *v;
+        memcpy(page.data, d.data, d.len);
+        while (got < count && (rc = flowkv_scan_next(&page, &off, &k, &kl, &v, &vl)) == 1) {
+            got++;
+            memcpy(next, k, kl);
+            op.klen = kl;
+            rc = fn(arg, k, kl, v, vl);
+            if (rc != 0)
+                return rc < 0 ? rc : (int)got;
+        }
+        if (rc < 0)
+            return rc;
+        if (off == 0)
+            break; /* an empty page: the range is done */
+        op.key = next;
+        op.flags = FLOWKV_SCAN_AFTER;
+    }
+    return (int)got;
 }
 
 int flowkv_scan_next(const struct flowkv_result *res, size_t *off, const uint8_t **key,

@@ -22,12 +22,16 @@
  * cluster remembers the most recent SRV_CLIENTS_MAX sessions; a session it
  * forgot answers FLOWKV_EEXPIRED: the outcome is unknown (like a timeout).
  *
- * Limits (checked here and by the replicas): keys 1..FLOWKV_KEY_MAX bytes,
- * values 0..FLOWKV_VAL_MAX bytes, a scan returns 1..FLOWKV_SCAN_MAX pairs.
+ * Limits (checked here and by the replicas; README, "Limits"): keys
+ * 1..FLOWKV_KEY_MAX bytes, values 0..FLOWKV_VAL_MAX bytes, one scan request
+ * returns 1..FLOWKV_SCAN_MAX pairs and at most FLOWKV_RESULT_MAX bytes;
+ * flowkv_scan_range pages through up to FLOWKV_SCAN_COUNT_MAX pairs.
  *
  * Errors are negative codes (fk_error.h; fk_strerror names them):
  * FK_ENOTFOUND (get, del, cas on a missing key), FK_ECASFAIL (cas: the
- * current value differs), FK_ETOOBIG / FK_EINVAL (limits, bad arguments),
+ * current value differs), FK_EKEYSIZE (a key over FLOWKV_KEY_MAX bytes),
+ * FK_EVALSIZE (a value over FLOWKV_VAL_MAX bytes), FK_ETOOBIG (get: the
+ * caller's buffer is too small), FK_EINVAL (bad arguments),
  * FK_ETIMEDOUT (no answer before the deadline: unreachable cluster or no
  * quorum), FK_EBUSY (the pipeline is full), FK_EFULL (the cluster's
  * quota), FK_EEXPIRED, FK_ECONFIG (cluster file), FK_EUNREACHABLE (no
@@ -43,11 +47,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FLOWKV_KEY_MAX      64
-#define FLOWKV_VAL_MAX      1024
-#define FLOWKV_SCAN_MAX     16
-#define FLOWKV_PIPELINE_MAX 128
-#define FLOWKV_RESULT_MAX   8192 /* bytes of a get value or scan pairs */
+#define FLOWKV_KEY_MAX        511
+#define FLOWKV_VAL_MAX        1024
+#define FLOWKV_SCAN_MAX       16
+#define FLOWKV_PIPELINE_MAX   128
+#define FLOWKV_RESULT_MAX     8192  /* bytes of a get value or scan pairs */
+#define FLOWKV_SCAN_COUNT_MAX 10000 /* pairs one flowkv_scan_range call visits */
 
 typedef struct flowkv flowkv;
 
@@ -92,6 +97,21 @@ int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
 int flowkv_scan_next(const struct flowkv_result *res, size_t *off, const uint8_t **key,
                      size_t *klen, const uint8_t **val, size_t *vlen);
 
+/* Visits up to count (1..FLOWKV_SCAN_COUNT_MAX) pairs with start <= key <
+ * end in key order; end NULL (elen 0) means no end, start NULL (slen 0)
+ * the first key. It pages: each page is one linearizable scan request of
+ * at most FLOWKV_SCAN_MAX pairs and FLOWKV_RESULT_MAX bytes, and the next
+ * page continues after the last key visited (FLOWKV_SCAN_AFTER), so a
+ * range is NOT read at one instant: a key written between two pages
+ * appears if it lies after the page boundary, as with etcd's paginated
+ * range reads. fn's key and value are valid during the call; it returns 0
+ * to go on or nonzero to stop. Returns the number of pairs visited, or a
+ * negative error (fn's own negative value is returned as is). */
+typedef int (*flowkv_visit_fn)(void *arg, const uint8_t *key, size_t klen, const uint8_t *val,
+                               size_t vlen);
+int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *end, size_t elen,
+                      uint32_t count, flowkv_visit_fn fn, void *arg);
+
 /* ---- asynchronous, pipelined ---------------------------------------------- */
 
 enum flowkv_op_type {
@@ -110,9 +130,16 @@ struct flowkv_op {
     size_t vlen;
     const void *exp; /* CAS: the expected value */
     size_t elen;
-    uint32_t count; /* SCAN */
-    uint64_t tag;   /* returned with the completion */
+    uint32_t count;  /* SCAN: 1..FLOWKV_SCAN_MAX pairs */
+    const void *end; /* SCAN: keys below this one only (exclusive); NULL = no end */
+    size_t endlen;   /* SCAN: 0..FLOWKV_KEY_MAX */
+    uint32_t flags;  /* SCAN: FLOWKV_SCAN_AFTER, or 0 */
+    uint64_t tag;    /* returned with the completion */
 };
+
+/* SCAN flag: start after key, not at it (a continuation from the last key
+ * of a page; a key of FLOWKV_KEY_MAX bytes has no successor to start at). */
+#define FLOWKV_SCAN_AFTER 1u
 
 /* Starts op (its bytes are copied). 0, FK_EBUSY (pipeline full: poll),
  * or a limit error. */

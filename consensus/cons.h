@@ -36,7 +36,7 @@
 /* ---- documented limits -------------------------------------------------
  * Every bound in the cores is one of these, checked at compile time.
  * Keys and values are opaque bytes. */
-#define CONS_KEY_MAX         64         /* bytes in a key */
+#define CONS_KEY_MAX         511        /* bytes in a key: LMDB's default key limit */
 #define CONS_VAL_MAX         1024       /* bytes in a value (and a CAS expected value) */
 #define CONS_SCAN_MAX        16         /* pairs one range scan may return */
 #define CONS_REPLY_MAX       8192       /* bytes of reply payload (a value or scan pairs) */
@@ -64,8 +64,17 @@ enum cons_op_type {
     CONS_OP_PUT = 2,  /* reply: 0 */
     CONS_OP_DEL = 3,  /* reply: 0, or FK_ENOTFOUND */
     CONS_OP_CAS = 4,  /* val := new if current == exp; reply 0, FK_ECASFAIL, FK_ENOTFOUND */
-    CONS_OP_SCAN = 5, /* up to scan_limit pairs with key >= key, in key order */
+    CONS_OP_SCAN = 5, /* up to scan_limit pairs from key (scan_flags), below exp if any */
     CONS_OP__COUNT
+};
+
+/* SCAN flags. A scan returns, in key order, up to scan_limit pairs whose
+ * key is >= key (> key with CONS_SCAN_AFTER) and, when exp_len > 0, < exp
+ * (the end key, exclusive), as many as fit CONS_REPLY_MAX. A client pages
+ * through a longer range by asking again AFTER the last key it got: the
+ * successor of a key of CONS_KEY_MAX bytes would not be a valid key. */
+enum cons_scan_flag {
+    CONS_SCAN_AFTER = 1, /* the start key is exclusive (a continuation) */
 };
 
 /* One client operation, in memory. Fixed size so logs are arrays; on the
@@ -75,10 +84,11 @@ struct cons_op {
     uint64_t req_no;    /* per client, increasing from 1 */
     uint8_t type;       /* enum cons_op_type */
     uint8_t scan_limit; /* SCAN: 1..CONS_SCAN_MAX */
+    uint8_t scan_flags; /* SCAN: enum cons_scan_flag; 0 for other ops */
     uint16_t key_len, val_len, exp_len;
     uint8_t key[CONS_KEY_MAX];
     uint8_t val[CONS_VAL_MAX]; /* PUT value, CAS new value */
-    uint8_t exp[CONS_VAL_MAX]; /* CAS expected value */
+    uint8_t exp[CONS_VAL_MAX]; /* CAS expected value; SCAN end key (exp_len <= CONS_KEY_MAX) */
 };
 
 /* Copies op's used bytes to dst; the rest of dst keeps what it held, which

@@ -128,6 +128,7 @@ void cons_wire_put_op(struct cons_wbuf *w, const struct cons_op *op)
                              .req_no = op->req_no,
                              .type = op->type,
                              .scan_limit = op->scan_limit,
+                             .scan_flags = op->scan_flags,
                              .key_len = op->key_len,
                              .val_len = op->val_len,
                              .exp_len = op->exp_len};
@@ -138,11 +139,14 @@ void cons_wire_put_op(struct cons_wbuf *w, const struct cons_op *op)
 }
 
 /* Which fields each type carries: NOOP nothing; GET/DEL a key; PUT key and
- * value; CAS key, value and expected; SCAN a start key (may be empty) and a
- * limit. Anything else is malformed, so a core never applies nonsense. */
+ * value; CAS key, value and expected; SCAN a start key (may be empty), an
+ * end key (may be empty), a limit and its flags. Anything else is
+ * malformed, so a core never applies nonsense. */
 static int op_shape_ok(const struct cons_wire_op *h)
 {
     if (h->key_len > CONS_KEY_MAX || h->val_len > CONS_VAL_MAX || h->exp_len > CONS_VAL_MAX)
+        return 0;
+    if (h->type != CONS_OP_SCAN && h->scan_flags != 0)
         return 0;
     switch (h->type) {
     case CONS_OP_NOOP:
@@ -155,8 +159,9 @@ static int op_shape_ok(const struct cons_wire_op *h)
     case CONS_OP_CAS:
         return h->client_id && h->key_len > 0;
     case CONS_OP_SCAN:
-        return h->client_id && h->val_len == 0 && h->exp_len == 0 && h->scan_limit >= 1 &&
-               h->scan_limit <= CONS_SCAN_MAX;
+        return h->client_id && h->val_len == 0 && h->exp_len <= CONS_KEY_MAX &&
+               h->scan_limit >= 1 && h->scan_limit <= CONS_SCAN_MAX &&
+               (h->scan_flags & ~CONS_SCAN_AFTER) == 0;
     default:
         return 0;
     }
@@ -189,6 +194,7 @@ int cons_wire_get_op(struct cons_rbuf *r, struct cons_op *op)
     op->req_no = h.req_no;
     op->type = h.type;
     op->scan_limit = h.scan_limit;
+    op->scan_flags = h.scan_flags;
     op->key_len = h.key_len;
     op->val_len = h.val_len;
     op->exp_len = h.exp_len;

@@ -47,7 +47,8 @@ struct cons_wire_op {
     uint8_t type;
     uint8_t scan_limit;
     uint16_t key_len, val_len, exp_len;
-    uint8_t pad[8];
+    uint8_t scan_flags; /* zero in encodings older than the flag: a plain scan */
+    uint8_t pad[7];
 } __attribute__((packed));
 _Static_assert(sizeof(struct cons_wire_op) == 32, "wire op header is 32 bytes");
 

@@ -104,8 +104,13 @@ static void do_scan(const struct kv_mem *kv, const struct cons_op *op, uint32_t 
 {
     struct cons_wbuf w;
     cons_wbuf_init(&w, reply->data, CONS_REPLY_MAX);
+    if ((op->scan_flags & CONS_SCAN_AFTER) && i < kv->n &&
+        kv_key_cmp(kv->rows[i].key, kv->rows[i].klen, op->key, op->key_len) == 0)
+        i++;
     for (uint32_t got = 0; i < kv->n && got < op->scan_limit; i++, got++) {
         const struct kv_row *row = &kv->rows[i];
+        if (op->exp_len > 0 && kv_key_cmp(row->key, row->klen, op->exp, op->exp_len) >= 0)
+            break; /* the end key */
         size_t need = 4 + (size_t)row->klen + row->vlen;
         if (need > w.cap - w.len)
             break; /* the reply is full: a shorter scan, still in order */

@@ -3,9 +3,13 @@
 
 #include "cons_wire.h"
 #include "fk_error.h"
+#include "kv.h" /* kv_key_cmp: the order scans share with the simulator */
 
 #include <assert.h>
 #include <string.h>
+
+/* A key goes into LMDB's data database as it is. */
+_Static_assert(CONS_KEY_MAX <= KV_STORE_KEY_MAX, "every key fits LMDB's key limit");
 
 #define KV_SM_BYTES_KEY "sm.bytes"
 
@@ -69,25 +73,38 @@ static int kv__write(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
 
 struct kv__scan_ctx {
     struct cons_wbuf w;
+    const struct cons_op *op;
+    uint32_t got;
 };
 
 static int kv__scan_visit(void *arg, const void *k, size_t kl, const void *v, size_t vl)
 {
     struct kv__scan_ctx *c = arg;
+    const struct cons_op *op = c->op;
+    if (c->got == 0 && (op->scan_flags & CONS_SCAN_AFTER) &&
+        kv_key_cmp(k, kl, op->key, op->key_len) == 0)
+        return 0; /* a continuation starts after the last key it got */
+    if (c->got == op->scan_limit)
+        return 1;
+    if (op->exp_len > 0 && kv_key_cmp(k, kl, op->exp, op->exp_len) >= 0)
+        return 1; /* the end key */
     if (4 + kl + vl > c->w.cap - c->w.len)
         return 1; /* the reply is full: a shorter scan, still in order */
     cons_w_u16(&c->w, (uint16_t)kl);
     cons_w_bytes(&c->w, k, kl);
     cons_w_u16(&c->w, (uint16_t)vl);
     cons_w_bytes(&c->w, v, vl);
+    c->got++;
     return 0;
 }
 
 static int kv__scan(struct kv_sm *sm, const struct cons_op *op, struct cons_reply *reply)
 {
-    struct kv__scan_ctx c;
+    struct kv__scan_ctx c = {.op = op};
     cons_wbuf_init(&c.w, reply->data, CONS_REPLY_MAX);
-    int rc = kv_data_scan(sm->store, op->key, op->key_len, op->scan_limit, kv__scan_visit, &c);
+    /* One more than the limit: an AFTER scan may skip its start key. */
+    int rc = kv_data_scan(sm->store, op->key, op->key_len, (uint32_t)op->scan_limit + 1,
+                          kv__scan_visit, &c);
     if (rc < 0)
         return rc;
     assert(c.w.err == 0);

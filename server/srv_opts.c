@@ -1,6 +1,6 @@
 /* srv_opts.c: command line and cluster file for flowkv-server. */
 #include "srv_opts.h"
-
+#include "cons.h" /* CONS_REPLICAS_MAX */
 #include "fk_error.h"
 
 #include <errno.h>
@@ -205,6 +205,11 @@ int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t 
     rc = fk_conf_load(f.config, &o->cluster, err, cap);
     if (rc < 0)
         return rc;
+    if (o->cluster.n_nodes > CONS_REPLICAS_MAX) {
+        snprintf(err, cap, "%s: %u nodes: a replica group has at most %u replicas", f.config,
+                 o->cluster.n_nodes, CONS_REPLICAS_MAX);
+        return FK_ECONFIG;
+    }
     uint64_t id;
     if (srv__parse_u64(f.id, FK_CONF_MAX_NODES, &id) < 0 || id >= o->cluster.n_nodes) {
         snprintf(err, cap, "--id '%s': the cluster has %u nodes (0..%u)", f.id, o->cluster.n_nodes,

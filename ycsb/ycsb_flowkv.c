@@ -253,7 +253,7 @@ static int launch(struct ctx *c, struct slot *s, enum stage st, const uint8_t *r
     return 0;
 }
 
-/* Sets up a SCAN's first piece; FK_EINVAL or FK_ETOOBIG for a request
+/* Sets up a SCAN's first piece; FK_EINVAL or FK_EKEYSIZE for a request
  * flowkv cannot take. */
 static int prepare_scan(struct slot *s)
 {
@@ -261,7 +261,7 @@ static int prepare_scan(struct slot *s)
     if (q->scan_len < 1)
         return FK_EINVAL;
     if (q->key_len > FLOWKV_KEY_MAX)
-        return FK_ETOOBIG;
+        return FK_EKEYSIZE;
     s->scan_left = q->scan_len;
     s->scan_got = 0;
     memcpy(s->next_key, q->key, q->key_len);

@@ -52,8 +52,9 @@
  *
  * Results (struct ycsb_done.rc, mapped by ycsb_status_from_err): 0;
  * FK_ENOTFOUND (NOT_FOUND); FK_ETIMEDOUT (TIMEOUT: no answer within
- * flowkv.timeout_ms, e.g. no quorum); FK_EINVAL, FK_ETOOBIG (BAD_REQUEST:
- * a key longer than FLOWKV_KEY_MAX, a bad field name); FK_EBUSY
+ * flowkv.timeout_ms, e.g. no quorum); FK_EINVAL, FK_ETOOBIG, FK_EKEYSIZE,
+ * FK_EVALSIZE (BAD_REQUEST: a key longer than FLOWKV_KEY_MAX, a record
+ * over FLOWKV_VAL_MAX, a bad field name); FK_EBUSY
  * (SERVICE_UNAVAILABLE); FK_EMALFORMED (a value that is not a record of this
  * workload), FK_ECASFAIL (partial update lost flowkv.update_tries races),
  * FK_EFULL (the cluster's data quota), FK_EEXPIRED (the session was

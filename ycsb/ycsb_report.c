@@ -36,6 +36,8 @@ enum ycsb_status ycsb_status_from_err(int rc)
         return YCSB_ST_TIMEOUT;
     case FK_EINVAL:
     case FK_ETOOBIG:
+    case FK_EKEYSIZE:
+    case FK_EVALSIZE:
         return YCSB_ST_BAD_REQUEST;
     case FK_EAUTH:
         return YCSB_ST_FORBIDDEN;

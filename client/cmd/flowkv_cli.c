@@ -25,7 +25,9 @@ static void usage(FILE *out)
                  "  put KEY [VALUE|-]     set KEY (the value from stdin when absent or -)\n"
                  "  del KEY               delete KEY\n"
                  "  cas KEY EXPECTED NEW  set KEY to NEW if its value is EXPECTED\n"
-                 "  scan [START [COUNT]]  up to COUNT (default 16) pairs from START, in key order\n"
+                 "  scan [START [COUNT [END]]]\n"
+                 "                        up to COUNT (default 16, at most 10000) pairs from\n"
+                 "                        START up to END (exclusive), in key order\n"
                  "  status                each replica's role, term, commit point, lag, fabric\n"
                  "options:\n"
                  "  -c, --cluster PATH    cluster description (default $FLOWKV_CLUSTER or\n"
@@ -60,7 +62,7 @@ static int read_stdin(char *buf, size_t *len)
     *len = fread(buf, 1, FLOWKV_VAL_MAX + 1, stdin);
     if (ferror(stdin))
         return FK_EINVAL;
-    return *len > FLOWKV_VAL_MAX ? FK_ETOOBIG : 0;
+    return *len > FLOWKV_VAL_MAX ? FK_EVALSIZE : 0;
 }
 
 static int cmd_status(flowkv *kv, uint64_t timeout_ns)
@@ -93,23 +95,27 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
     return up > 0 ? EXIT_OK : EXIT_UNREACHABLE;
 }
 
+static int print_pair(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+    (void)arg;
+    printf("%.*s\t%.*s\n", (int)kl, (const char *)k, (int)vl, (const char *)v);
+    return 0;
+}
+
+/* Pages through the range (flowkv_scan_range), printing as it goes. */
 static int cmd_scan(flowkv *kv, int argc, char **argv)
 {
     const char *start = argc > 0 ? argv[0] : "";
+    const char *stop = argc > 2 ? argv[2] : "";
     char *end = NULL;
     long count = argc > 1 ? strtol(argv[1], &end, 10) : FLOWKV_SCAN_MAX;
-    if (argc > 2 || (end != NULL && *end != '\0') || count < 1 || count > FLOWKV_SCAN_MAX) {
-        fprintf(stderr, "flowkv: scan [START [COUNT]] with COUNT 1..%d\n", FLOWKV_SCAN_MAX);
+    if (argc > 3 || (end != NULL && *end != '\0') || count < 1 || count > FLOWKV_SCAN_COUNT_MAX) {
+        fprintf(stderr, "flowkv: scan [START [COUNT [END]]] with COUNT 1..%d\n",
+                FLOWKV_SCAN_COUNT_MAX);
         return EXIT_USAGE;
     }
-    static struct flowkv_result res;
-    int rc = flowkv_scan(kv, start, strlen(start), (uint32_t)count, &res);
-    if (rc < 0)
-        return fail("scan", rc);
-    size_t off = 0, kl, vl;
-    const uint8_t *k, *v;
-    while ((rc = flowkv_scan_next(&res, &off, &k, &kl, &v, &vl)) == 1)
-        printf("%.*s\t%.*s\n", (int)kl, (const char *)k, (int)vl, (const char *)v);
+    int rc = flowkv_scan_range(kv, start, strlen(start), stop, strlen(stop), (uint32_t)count,
+                               print_pair, NULL);
     return rc < 0 ? fail("scan", rc) : EXIT_OK;
 }
 

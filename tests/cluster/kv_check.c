@@ -4,6 +4,8 @@
  * checks holds, 1 with a message naming what did not, 2 on usage.
  *
  *   kv_check CONF api                   every call of the library, checked
+ *   kv_check CONF paging N              loads N keys pg-00000.. and pages
+ *                                       through them with flowkv_scan_range
  *   kv_check CONF write PREFIX N ACKS   puts PREFIX-i = v-i for i < N, one at
  *                                       a time, appending i to ACKS once
  *                                       acknowledged (a failure moves on)
@@ -85,9 +87,11 @@ static void check_limits(flowkv *kv)
     static char big[FLOWKV_VAL_MAX + 2];
     memset(big, 'x', sizeof(big));
     int rc = flowkv_put(kv, big, FLOWKV_KEY_MAX + 1, "v", 1);
-    EXPECT(rc == FK_ETOOBIG, "oversize key: %s", fk_strerror(rc));
+    EXPECT(rc == FK_EKEYSIZE, "oversize key: %s", fk_strerror(rc));
+    rc = flowkv_get(kv, big, FLOWKV_KEY_MAX + 1, big, sizeof big, NULL);
+    EXPECT(rc == FK_EKEYSIZE, "get of an oversize key: %s", fk_strerror(rc));
     rc = flowkv_put(kv, "k", 1, big, FLOWKV_VAL_MAX + 1);
-    EXPECT(rc == FK_ETOOBIG, "oversize value: %s", fk_strerror(rc));
+    EXPECT(rc == FK_EVALSIZE, "oversize value: %s", fk_strerror(rc));
     rc = flowkv_put(kv, big, FLOWKV_KEY_MAX, big, FLOWKV_VAL_MAX);
     EXPECT(rc == 0, "largest key and value: %s", fk_strerror(rc));
     /* The largest operation: a CAS with two values of the largest size
@@ -179,6 +183,91 @@ static int mode_api(const char *conf)
     check_async(conf);
     EXPECT(flowkv_open("/nonexistent.conf", NULL, &kv, err, sizeof(err)) < 0,
            "opening a missing file succeeded");
+    return failures ? 1 : 0;
+}
+
+/* Loads keys pg-%05d = their number, pipelined. */
+static void load_pages(flowkv *kv, long n)
+{
+    static char keys[64][16];
+    long next = 0, done = 0;
+    uint64_t deadline = fk_now_ns() + 120ULL * FK_NSEC_PER_SEC;
+    while (done < n && fk_now_ns() < deadline && failures == 0) {
+        while (next < n) {
+            char *k = keys[next % 64];
+            snprintf(k, 16, "pg-%05ld", next);
+            struct flowkv_op op = {.type = FLOWKV_PUT,
+                                   .key = k,
+                                   .klen = strlen(k),
+                                   .val = k + 3,
+                                   .vlen = strlen(k + 3),
+                                   .tag = (uint64_t)next};
+            int rc = flowkv_submit(kv, &op);
+            if (rc == FK_EBUSY)
+                break;
+            EXPECT(rc == 0, "submit: %s", fk_strerror(rc));
+            next++;
+        }
+        struct flowkv_done d[64];
+        int got = flowkv_poll(kv, d, 64, 100 * FK_NSEC_PER_MSEC);
+        for (int i = 0; i < got; i++)
+            EXPECT(d[i].status == 0, "put %lu: %s", (unsigned long)d[i].tag,
+                   fk_strerror(d[i].status));
+        done += got;
+    }
+    EXPECT(done == n, "loaded %ld of %ld keys", done, n);
+}
+
+struct walk {
+    long next; /* the number the next key must carry */
+    char last[16];
+};
+
+static int walk_pair(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
+{
+    struct walk *w = arg;
+    char want[16];
+    snprintf(want, sizeof want, "pg-%05ld", w->next);
+    if (kl != strlen(want) || memcmp(k, want, kl) != 0 || vl != kl - 3 ||
+        memcmp(v, want + 3, vl) != 0) {
+        fprintf(stderr, "kv_check: scan: got %.*s, want %s\n", (int)kl, (const char *)k, want);
+        return -1;
+    }
+    memcpy(w->last, want, sizeof want);
+    w->next++;
+    return 0;
+}
+
+/* Pages through n keys with flowkv_scan_range: calls of up to
+ * FLOWKV_SCAN_COUNT_MAX pairs, each from just after the last key of the
+ * one before; then an end key, and the count limit. */
+static int mode_paging(const char *conf, long n)
+{
+    struct flowkv_opts o = {.pipeline = 64, .timeout_ns = 10 * FK_NSEC_PER_SEC};
+    flowkv *kv;
+    char err[256];
+    if (flowkv_open(conf, &o, &kv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    load_pages(kv, n);
+    struct walk w = {0};
+    char start[17] = "pg-";
+    size_t slen = 3;
+    for (int call = 0; call < 100 && w.next < n && failures == 0; call++) {
+        int rc = flowkv_scan_range(kv, start, slen, "pg.", 3, FLOWKV_SCAN_COUNT_MAX, walk_pair, &w);
+        EXPECT(rc == FLOWKV_SCAN_COUNT_MAX || (rc > 0 && w.next == n), "scan call %d: %d (%s)",
+               call, rc, rc < 0 ? fk_strerror(rc) : "pairs");
+        slen = strlen(w.last) + 1; /* the successor of the last key: it plus a zero byte */
+        memcpy(start, w.last, slen);
+    }
+    EXPECT(w.next == n, "paged through %ld of %ld keys", w.next, n);
+    struct walk w2 = {0};
+    int rc = flowkv_scan_range(kv, "pg-", 3, "pg-00100", 8, FLOWKV_SCAN_COUNT_MAX, walk_pair, &w2);
+    EXPECT(rc == 100 && w2.next == 100, "scan up to an end key: %d pairs", rc);
+    rc = flowkv_scan_range(kv, "pg-", 3, NULL, 0, FLOWKV_SCAN_COUNT_MAX + 1, walk_pair, &w2);
+    EXPECT(rc == FK_EINVAL, "scan of more than the count limit: %s", fk_strerror(rc));
+    flowkv_close(kv);
     return failures ? 1 : 0;
 }
 
@@ -329,8 +418,11 @@ int main(int argc, char **argv)
         return mode_write(argv[1], argv[3], atol(argv[4]), argv[5]);
     if (argc == 5 && strcmp(argv[2], "verify") == 0)
         return mode_verify(argv[1], argv[3], argv[4]);
+    if (argc == 4 && strcmp(argv[2], "paging") == 0)
+        return mode_paging(argv[1], atol(argv[3]));
     if (argc == 4 && strcmp(argv[2], "garbage") == 0)
         return mode_garbage(argv[1], (uint32_t)atoi(argv[3]));
-    fprintf(stderr, "usage: kv_check CONF api|write PREFIX N ACKS|verify PREFIX ACKS|garbage ID\n");
+    fprintf(stderr, "usage: kv_check CONF api|paging N|write PREFIX N ACKS|verify PREFIX ACKS|"
+                    "garbage ID\n");
     return 2;
 }

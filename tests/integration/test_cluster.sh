@@ -106,11 +106,26 @@ cli_ops() { # cli_ops DIR: every CLI command and its exit status
     "$CLI" -c "$c" cas k1 v1 v2 && [ "$("$CLI" -c "$c" get k1)" = v2 ] || return 5
     out=$("$CLI" -c "$c" scan k 2) && [ "$out" = "$(printf 'k1\tv2\nk2\tfrom-stdin')" ] || return 6
     "$CLI" -c "$c" del k2 && { "$CLI" -c "$c" get k2 >/dev/null 2>&1; [ $? -eq 1 ]; } || return 7
-    "$CLI" -c "$c" put "$(head -c 65 /dev/zero | tr '\0' k)" v 2>/dev/null; [ $? -eq 3 ] || return 8
-    head -c 1025 /dev/zero | "$CLI" -c "$c" put big 2>/dev/null; [ $? -eq 3 ] || return 9
+    # The size limits: the largest key works, one byte more is refused
+    # with the error that names the limit (README, Limits).
+    local k511 k512 err
+    k511=$(head -c 511 /dev/zero | tr '\0' k)
+    k512=${k511}k
+    "$CLI" -c "$c" put "$k511" v511 && [ "$("$CLI" -c "$c" get "$k511")" = v511 ] || return 8
+    err=$("$CLI" -c "$c" put "$k512" v 2>&1); [ $? -eq 3 ] || return 8
+    [ "$err" = "flowkv: put: key over the size limit of 511 bytes" ] || { echo "$err"; return 8; }
+    err=$(head -c 1025 /dev/zero | "$CLI" -c "$c" put big 2>&1); [ $? -eq 3 ] || return 9
+    case $err in *"value over the size limit of 1024 bytes"*) ;; *) echo "$err"; return 9 ;; esac
     "$CLI" -c "$c" frobnicate 2>/dev/null; [ $? -eq 2 ] || return 10
     "$CLI" -c "$c" status | grep -q leader || return 11
     return 0
+}
+
+cli_scan() { # cli_scan DIR: the CLI pages a long scan (after kv_check paging)
+    local c="$1/cluster.conf" n
+    n=$("$CLI" -c "$c" scan pg- 10000 | wc -l) && [ "$n" -eq 10000 ] || { echo "$n lines"; return 1; }
+    [ "$("$CLI" -c "$c" scan pg-00010 100 pg-00012)" = "$(printf 'pg-00010\t00010\npg-00011\t00011')" ] || return 2
+    "$CLI" -c "$c" scan pg- 10001 2>/dev/null; [ $? -eq 2 ] || return 3
 }
 
 wrong_token() { # wrong_token DIR: a client with another token is refused, clearly
@@ -171,6 +186,9 @@ run_protocol() {
         fi
     fi
     t_check "$proto: every library call (sync, pipelined, limits, status)" "$KV" "$d/cluster.conf" api
+    t_check "$proto: flowkv_scan_range pages through 50,000 keys, 10,000 per call" \
+        "$KV" "$d/cluster.conf" paging 50000
+    t_check "$proto: flowkv scan prints 10,000 pairs, and stops at an end key" cli_scan "$d"
     t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
     t_check "$proto: malformed request bytes leave the replicas serving" "$CLI" -c "$d/cluster.conf" put after-garbage ok

@@ -1,8 +1,10 @@
 /* Unit tests for common/fk_error: the X-macro table and its lookups. */
 #include "check.h"
 #include "fk_error.h"
+#include "flowkv.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 TEST(error_codes_are_in_reserved_range)
 {
@@ -43,6 +45,16 @@ TEST(every_code_has_a_message_and_name)
         CHECK_MSG(m && *m && strcmp(m, "unknown error") != 0, "code %d has no message", e);
         CHECK_MSG(n && strncmp(n, "FK_E", 4) == 0, "code %d has no FK_E name", e);
     }
+}
+
+/* The size-limit errors name the limits libflowkv enforces (flowkv.h). */
+TEST(size_limit_messages_name_the_limits)
+{
+    char key[32], val[32];
+    snprintf(key, sizeof key, " %d bytes", FLOWKV_KEY_MAX);
+    snprintf(val, sizeof val, " %d bytes", FLOWKV_VAL_MAX);
+    CHECK_MSG(strstr(fk_strerror(FK_EKEYSIZE), key) != NULL, "%s", fk_strerror(FK_EKEYSIZE));
+    CHECK_MSG(strstr(fk_strerror(FK_EVALSIZE), val) != NULL, "%s", fk_strerror(FK_EVALSIZE));
 }
 
 CHECK_MAIN()

@@ -103,6 +103,16 @@ TEST(opts_errors_are_clear)
     expect(parse("-c", "/nonexistent.conf", "-i", "0", END), -ENOENT, "/nonexistent.conf");
     setenv("FLOWKV_FABRIC", "rdma", 1);
     expect(parse("-c", path, "-i", "0", END), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
+    unsetenv("FLOWKV_FABRIC");
+    /* Nine nodes: a valid cluster file, but more replicas than a group has. */
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("[cluster]\ntoken = 0123456789abcdef\nprotocol = nopaxos\n", f);
+    for (int i = 0; i < 9; i++)
+        fprintf(f, "[node %d]\naddress = 127.0.0.1:%d\ndata_dir = d%d\n", i, 7000 + i, i);
+    fclose(f);
+    expect(parse("-c", path, "-i", "0", END), FK_ECONFIG,
+           "9 nodes: a replica group has at most 7 replicas");
     unlink(path);
 }
 
