@@ -85,11 +85,15 @@ struct cons_op {
     uint8_t type;       /* enum cons_op_type */
     uint8_t scan_limit; /* SCAN: 1..CONS_SCAN_MAX */
     uint8_t scan_flags; /* SCAN: enum cons_scan_flag; 0 for other ops */
+    uint8_t reserved;   /* 0: no byte before key is padding (the cores hash that prefix) */
     uint16_t key_len, val_len, exp_len;
     uint8_t key[CONS_KEY_MAX];
     uint8_t val[CONS_VAL_MAX]; /* PUT value, CAS new value */
     uint8_t exp[CONS_VAL_MAX]; /* CAS expected value; SCAN end key (exp_len <= CONS_KEY_MAX) */
 };
+
+_Static_assert(offsetof(struct cons_op, key_len) == 20 && offsetof(struct cons_op, key) == 26,
+               "the fixed prefix of an op has no padding: cores hash and copy it as bytes");
 
 /* Copies op's used bytes to dst; the rest of dst keeps what it held, which
  * nothing reads (every reader goes by the lengths, as the wire does). An op

@@ -195,6 +195,7 @@ int cons_wire_get_op(struct cons_rbuf *r, struct cons_op *op)
     op->type = h.type;
     op->scan_limit = h.scan_limit;
     op->scan_flags = h.scan_flags;
+    op->reserved = 0;
     op->key_len = h.key_len;
     op->val_len = h.val_len;
     op->exp_len = h.exp_len;

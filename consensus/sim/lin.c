@@ -257,7 +257,7 @@ static int project(const struct lin_op *ops, size_t n, uint32_t k, struct reg_op
                            .ret = o->ret,
                            .src = i};
         if (o->type == CONS_OP_SCAN) {
-            if (o->status != 0 || k < o->key)
+            if (o->status != 0 || k < o->key || (o->scan_after && k == o->key) || k >= o->scan_end)
                 continue;
             r.type = CONS_OP_GET;
             r.status = FK_ENOTFOUND;

@@ -8,12 +8,13 @@
  * linearizable iff each key's projection is (Herlihy and Wing's locality).
  *
  * Values are 64-bit tokens (0 = key absent). Scans are projected onto the
- * keys they cover: a pair returned is a read of that key with that value;
- * a key inside the scanned range that was not returned (below the last
- * returned key, or anywhere past the start when fewer than `limit` pairs
- * came back) is a read of "absent"; keys past a full scan's last pair are
- * unconstrained. This checks every value and omission a scan reports but
- * not that all keys of one scan were read at the same instant.
+ * keys they cover: the range runs from the start key (or the key after
+ * it, scan_after) up to the end key (exclusive, scan_end; LIN_NO_END for
+ * none); a pair returned is a read of that key with that value; a key
+ * inside the range that was not returned (below the last returned key, or
+ * anywhere in the range when fewer than `limit` pairs came back) is a read
+ * of "absent"; keys past a full scan's last pair are unconstrained. This checks every value and
+ * omission a scan reports but not that all keys of one scan were read at the same instant.
  *
  * Thread safety: pure; allocates its search state and frees it.
  */
@@ -26,6 +27,7 @@
 #include "cons.h"
 
 #define LIN_PENDING UINT64_MAX /* ret of an operation that never completed */
+#define LIN_NO_END  UINT32_MAX /* scan_end of a scan without an end key */
 
 struct lin_op {
     uint8_t type;   /* enum cons_op_type (not NOOP) */
@@ -36,6 +38,8 @@ struct lin_op {
     uint64_t out;   /* GET result */
     uint64_t call, ret;
     uint8_t scan_limit, scan_n;
+    uint8_t scan_after; /* the range starts after key */
+    uint32_t scan_end;  /* key index the range stops before, or LIN_NO_END */
     uint32_t scan_keys[CONS_SCAN_MAX];
     uint64_t scan_vals[CONS_SCAN_MAX];
     uint64_t client; /* for messages */

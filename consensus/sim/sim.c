@@ -629,6 +629,19 @@ static void client_next(struct world *w, struct client *c)
         op->type = CONS_OP_SCAN;
         op->scan_limit = (uint8_t)sim__urange(w, 1, 4);
         h->scan_limit = op->scan_limit;
+        /* Some scans continue AFTER their start key or stop before an end
+         * key (cons.h). Chosen from the request number, not the random
+         * stream, so every seed keeps the schedule it had before. */
+        h->scan_after = c->req_no % 3 == 0;
+        op->scan_flags = h->scan_after ? CONS_SCAN_AFTER : 0;
+        h->scan_end = LIN_NO_END;
+        if (c->req_no % 2 == 0) {
+            struct cons_op end;
+            h->scan_end = k + 1 + (uint32_t)(c->req_no % 4); /* past the last key: no bound */
+            key_bytes(h->scan_end, &end);
+            memcpy(op->exp, end.key, end.key_len);
+            op->exp_len = end.key_len;
+        }
     }
     h->type = op->type;
     c->hist = w->hist_n - 1;

@@ -16,6 +16,7 @@ static struct lin_op op(uint8_t type, uint32_t key, uint64_t arg, int32_t status
     o.out = out;
     o.call = call;
     o.ret = ret;
+    o.scan_end = LIN_NO_END;
     return o;
 }
 
@@ -72,6 +73,20 @@ TEST(scan_projection)
     h[2].scan_n = 1; /* missed key 1 though it existed and the scan was not full */
     CHECK_ERR(check(h, 3), FK_EPROTO);
     h[2].scan_limit = 1; /* a full scan of one pair says nothing about key 1 */
+    CHECK_OK(check(h, 3));
+    h[2].scan_limit = 2; /* a short scan that ends before key 1 says nothing of it */
+    h[2].scan_end = 1;
+    CHECK_OK(check(h, 3));
+    h[2].scan_end = LIN_NO_END; /* a short scan AFTER key 0 that missed key 1 */
+    h[2].scan_after = 1;
+    h[2].scan_n = 0;
+    CHECK_ERR(check(h, 3), FK_EPROTO);
+    h[2].scan_after = 0; /* a short scan from key 0 that missed both */
+    CHECK_ERR(check(h, 3), FK_EPROTO);
+    h[0].ret = LIN_PENDING; /* key 0 never written: only key 1's omission is wrong */
+    h[2].scan_after = 1;
+    CHECK_ERR(check(h, 3), FK_EPROTO);
+    h[2].scan_end = 1; /* AFTER 0, before 1: an empty range, nothing to contradict */
     CHECK_OK(check(h, 3));
 }
 
