@@ -711,6 +711,25 @@ int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
     return rc;
 }
 
+/* The pair at data[*off..len) of a scan reply (u16 key length, key, u16
+ * value length, value): 1 and *off advanced, 0 at the end, FK_EMALFORMED. */
+static int next_pair(const uint8_t *data, uint32_t len, size_t *off, const uint8_t **key,
+                     size_t *klen, const uint8_t **val, size_t *vlen)
+{
+    if (*off >= len)
+        return 0;
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, data + *off, len - *off);
+    *klen = cons_r_u16(&r);
+    *key = cons_r_bytes(&r, *klen);
+    *vlen = cons_r_u16(&r);
+    *val = cons_r_bytes(&r, *vlen);
+    if (r.err)
+        return FK_EMALFORMED;
+    *off += r.off;
+    return 1;
+}
+
 int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *end, size_t elen,
                       uint32_t count, flowkv_visit_fn fn, void *arg)
 {
@@ -734,12 +753,9 @@ int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *en
         int rc = call(kv, &op, &d);
         if (rc < 0)
             return rc;
-        struct flowkv_result page; /* a view of d's bytes for flowkv_scan_next */
-        page.len = d.len;
         size_t off = 0, kl = 0, vl;
         const uint8_t *k, *v;
-        memcpy(page.data, d.data, d.len);
-        while (got < count && (rc = flowkv_scan_next(&page, &off, &k, &kl, &v, &vl)) == 1) {
+        while (got < count && (rc = next_pair(d.data, d.len, &off, &k, &kl, &v, &vl)) == 1) {
             got++;
             memcpy(next, k, kl);
             op.klen = kl;
@@ -760,18 +776,7 @@ int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *en
 int flowkv_scan_next(const struct flowkv_result *res, size_t *off, const uint8_t **key,
                      size_t *klen, const uint8_t **val, size_t *vlen)
 {
-    if (*off >= res->len)
-        return 0;
-    struct cons_rbuf r;
-    cons_rbuf_init(&r, res->data + *off, res->len - *off);
-    *klen = cons_r_u16(&r);
-    *key = cons_r_bytes(&r, *klen);
-    *vlen = cons_r_u16(&r);
-    *val = cons_r_bytes(&r, *vlen);
-    if (r.err)
-        return FK_EMALFORMED;
-    *off += r.off;
-    return 1;
+    return next_pair(res->data, res->len, off, key, klen, val, vlen);
 }
 
 /* ---- status ------------------------------------------------------------------------------ */

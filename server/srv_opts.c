@@ -207,7 +207,7 @@ int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t 
         return rc;
     if (o->cluster.n_nodes > CONS_REPLICAS_MAX) {
         snprintf(err, cap, "%s: %u nodes: a replica group has at most %u replicas", f.config,
-                 o->cluster.n_nodes, CONS_REPLICAS_MAX);
+                 o->cluster.n_nodes, (unsigned)CONS_REPLICAS_MAX);
         return FK_ECONFIG;
     }
     uint64_t id;
