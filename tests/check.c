@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,6 +61,53 @@ static double check__ms_since(const struct timespec *t0)
     return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* Reads the child's output into buf (keeping the tail) until every
+ * writer closed the pipe. The timeout is enforced here too, not only by
+ * the child's alarm: a process the test forked does not inherit the alarm
+ * and may hold the pipe open (or the child itself may be stuck where
+ * SIGALRM cannot end it), so past the deadline, or once the child has
+ * exited and the pipe stays open for CHECK__GRACE_S, the test's whole
+ * process group is killed. Returns 1 when it had to kill for the timeout. */
+#define CHECK__GRACE_S 5
+static int check__collect(int fd, pid_t pid, unsigned timeout_s, char *buf, size_t cap,
+                          size_t *used, int *status, int *reaped)
+{
+    time_t start = time(NULL), exited = 0;
+    int killed = 0;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, 1000);
+        if (r > 0) {
+            ssize_t n = read(fd, buf + *used, cap - 1 - *used);
+            if (n == 0)
+                return killed;
+            if (n > 0) {
+                *used += (size_t)n;
+                if (*used >= cap - 1) { /* keep the tail: drop the first half */
+                    memmove(buf, buf + *used / 2, *used - *used / 2);
+                    *used -= *used / 2;
+                }
+            } else if (errno != EINTR) {
+                return killed;
+            }
+        }
+        time_t now = time(NULL);
+        if (!*reaped && waitpid(pid, status, WNOHANG) == pid) {
+            *reaped = 1;
+            exited = now;
+        }
+        if (!killed && now - start > (time_t)timeout_s + CHECK__GRACE_S) {
+            kill(-pid, SIGKILL);
+            killed = 1;
+        } else if (*reaped && now - exited > CHECK__GRACE_S) {
+            kill(-pid, SIGKILL); /* the test left processes holding the pipe */
+            return killed;
+        }
+        if (killed && now - start > (time_t)timeout_s + 3 * CHECK__GRACE_S)
+            return killed; /* something outside the group still holds it */
+    }
+}
+
 /* Runs one test in a child; returns 1 on pass. why receives the reason. */
 static int check__run_one(const struct check_entry *t, unsigned timeout_s, char *why, size_t cap)
 {
@@ -78,6 +126,7 @@ static int check__run_one(const struct check_entry *t, unsigned timeout_s, char 
         return 0;
     }
     if (pid == 0) {
+        setpgid(0, 0); /* the test and what it forks: one group to end on a timeout */
         close(pfd[0]);
         dup2(pfd[1], 1);
         close(pfd[1]);
@@ -86,27 +135,19 @@ static int check__run_one(const struct check_entry *t, unsigned timeout_s, char 
         fflush(stdout);
         _exit(0);
     }
+    setpgid(pid, pid); /* also here: whichever runs first */
     close(pfd[1]);
     /* Collect the child's stdout: failure messages and any test chatter.
      * The last line is kept as the reason. */
     char buf[4096];
     size_t used = 0;
-    ssize_t n;
-    while ((n = read(pfd[0], buf + used, sizeof buf - 1 - used)) > 0 || (n < 0 && errno == EINTR)) {
-        if (n > 0)
-            used += (size_t)n;
-        if (used >= sizeof buf - 1) {
-            /* Keep the tail: drop the first half. */
-            memmove(buf, buf + used / 2, used - used / 2);
-            used -= used / 2;
-        }
-    }
+    int status = 0, reaped = 0;
+    int killed = check__collect(pfd[0], pid, timeout_s, buf, sizeof buf, &used, &status, &reaped);
     close(pfd[0]);
     buf[used] = '\0';
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+    while (!reaped && waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0 && !killed)
         return 1;
     while (used > 0 && buf[used - 1] == '\n')
         buf[--used] = '\0';
@@ -124,7 +165,11 @@ static int check__run_one(const struct check_entry *t, unsigned timeout_s, char 
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         snprintf(why, cap, "killed by signal %d (%s)%s%s%.2000s", sig, strsignal(sig),
-                 sig == SIGALRM ? ", timed out" : "", *last ? "; last output: " : "", last);
+                 sig == SIGALRM || killed ? ", timed out" : "", *last ? "; last output: " : "",
+                 last);
+    } else if (killed) {
+        snprintf(why, cap, "timed out: processes it started still ran after %u s and were killed",
+                 timeout_s + CHECK__GRACE_S);
     } else {
         if (*last)
             snprintf(why, cap, "%.2200s", last);

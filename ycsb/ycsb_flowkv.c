@@ -43,10 +43,11 @@ struct slot {
     enum stage stage;
     uint64_t cookie;
     const struct ycsb_req *req;
-    int32_t tries;     /* RMW: CAS attempts made */
-    int32_t scan_left; /* SCAN: records still wanted */
-    int32_t scan_got;  /* SCAN: records returned so far */
-    size_t next_len;   /* SCAN: the next piece's start key */
+    int32_t tries;       /* RMW: CAS attempts made */
+    int32_t scan_left;   /* SCAN: records still wanted */
+    int32_t scan_got;    /* SCAN: records returned so far */
+    size_t next_len;     /* SCAN: the next piece's start key */
+    uint32_t next_flags; /* SCAN: FLOWKV_SCAN_AFTER once the start is the last key got */
     uint8_t next_key[FLOWKV_KEY_MAX];
 };
 
@@ -230,6 +231,7 @@ static int send_op(struct ctx *c, struct slot *s, const uint8_t *rec, size_t len
         op.type = FLOWKV_SCAN;
         op.key = s->next_key;
         op.klen = s->next_len;
+        op.flags = s->next_flags;
         op.count = (uint32_t)(s->scan_left < FLOWKV_SCAN_MAX ? s->scan_left : FLOWKV_SCAN_MAX);
         break;
     case SLOT_FREE:
@@ -266,6 +268,7 @@ static int prepare_scan(struct slot *s)
     s->scan_got = 0;
     memcpy(s->next_key, q->key, q->key_len);
     s->next_len = q->key_len;
+    s->next_flags = 0;
     return 0;
 }
 
@@ -366,12 +369,12 @@ static int scan_piece(struct ctx *c, struct slot *s, const struct flowkv_done *d
     s->scan_got += n;
     s->scan_left -= n;
     /* The key space goes on when the piece was full, in pairs or bytes;
-     * a key of FLOWKV_KEY_MAX bytes has no successor we could send. */
+     * the next piece starts after the last key (FLOWKV_SCAN_AFTER). */
     int more = n > 0 && (n == asked || d->len > FLOWKV_RESULT_MAX - PAIR_MAX);
-    if (s->scan_left > 0 && more && klen < FLOWKV_KEY_MAX) {
+    if (s->scan_left > 0 && more) {
         memcpy(s->next_key, key, klen);
-        s->next_key[klen] = 0; /* the smallest key after the last one */
-        s->next_len = klen + 1;
+        s->next_len = klen;
+        s->next_flags = FLOWKV_SCAN_AFTER;
         rc = send_op(c, s, NULL, 0, NULL, 0);
         return rc < 0 ? rc : 1;
     }

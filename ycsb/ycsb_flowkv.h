@@ -60,8 +60,8 @@
  * FK_EFULL (the cluster's data quota), FK_EEXPIRED (the session was
  * forgotten: outcome unknown), each ERROR.
  *
- * Memory, allocated once by open: D = flowkv.pipeline slots of about 100
- * bytes (the cookie, the request, a key buffer of FLOWKV_KEY_MAX + 1 bytes
+ * Memory, allocated once by open: D = flowkv.pipeline slots of about 600
+ * bytes (the cookie, the request, a key buffer of FLOWKV_KEY_MAX bytes
  * for scan continuation), two record buffers of FLOWKV_VAL_MAX bytes, D
  * struct flowkv_done, and the libflowkv handle (its own flow node, D
  * sessions). Nothing per request: libflowkv copies a request's bytes at

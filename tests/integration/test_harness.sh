@@ -26,7 +26,9 @@ expect "failed CHECK names expression and values" \
 expect "crash reported with its signal" '^not ok 3 - crashes: (killed by signal 11|exited with status [1-9].*sanitizer)'
 expect "abort reported" '^not ok 4 - aborts: killed by signal 6'
 expect "hang reported as timeout" '^not ok 5 - hangs: killed by signal 14 .*timed out'
-expect "summary counts" '^1 passed, 4 failed$'
+expect "a hang with SIGALRM blocked and a forked child holding the output is ended" \
+    '^not ok 6 - hangs_with_a_child: killed by signal 9 .*timed out'
+expect "summary counts" '^1 passed, 5 failed$'
 if [ "$rc" -ne 0 ]; then t_ok "run.sh exits non-zero"; else t_fail "run.sh exits non-zero" "rc=0"; fi
 
 # A program that dies without a summary counts as a failure too.

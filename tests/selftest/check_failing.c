@@ -34,4 +34,22 @@ TEST(hangs)
         sleep(1); /* CHECK_TIMEOUT=1 ends it long before */
 }
 
+/* Stuck where SIGALRM cannot end it (blocked), with a forked process that
+ * holds the output pipe and never got the alarm: the harness must still
+ * end both (tests/check.c, check__collect). */
+TEST(hangs_with_a_child)
+{
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGALRM);
+    sigprocmask(SIG_BLOCK, &s, NULL);
+    if (fork() == 0) {
+        for (int i = 0; i < 100; i++)
+            sleep(1);
+        _exit(0);
+    }
+    for (int i = 0; i < 100; i++)
+        sleep(1);
+}
+
 CHECK_MAIN()
