@@ -85,6 +85,7 @@ struct flowkv {
     int deferred; /* the last pump returned completions before flushing (pump) */
     struct slot *slots;
     uint64_t status_id;
+    char detail[128]; /* flowkv_error_detail: the last synchronous call's */
 };
 
 static uint64_t random_id(void)
@@ -644,12 +645,22 @@ static int call(flowkv *kv, const struct flowkv_op *op, struct flowkv_done *d)
         return FK_EINVAL;
     if (kv->inflight > 0)
         return FK_EBUSY; /* synchronous calls need an idle handle */
+    kv->detail[0] = '\0';
     int rc = flowkv_submit(kv, op);
     if (rc < 0)
         return rc;
     while (pump(kv, d, 1, fk_now_ns() + kv->timeout_ns + RESEND_NS) == 0)
         ;
+    if (d->status < 0 && d->len > 0) /* an error's detail is text (kv_sm.c) */
+        snprintf(kv->detail, sizeof kv->detail, "%.*s",
+                 (int)(d->len < sizeof kv->detail ? d->len : sizeof kv->detail - 1),
+                 (const char *)d->data);
     return d->status;
+}
+
+const char *flowkv_error_detail(const flowkv *kv)
+{
+    return kv ? kv->detail : "";
 }
 
 int flowkv_get(flowkv *kv, const void *key, size_t klen, void *val, size_t cap, size_t *vlen)

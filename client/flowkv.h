@@ -33,8 +33,9 @@
  * FK_EVALSIZE (a value over FLOWKV_VAL_MAX bytes), FK_ETOOBIG (get: the
  * caller's buffer is too small), FK_EINVAL (bad arguments),
  * FK_ETIMEDOUT (no answer before the deadline: unreachable cluster or no
- * quorum), FK_EBUSY (the pipeline is full), FK_EFULL (the cluster's
- * quota), FK_EEXPIRED, FK_ECONFIG (cluster file), FK_EUNREACHABLE (no
+ * quorum), FK_EBUSY (the pipeline is full), FK_EQUOTA (the cluster's
+ * data quota; flowkv_error_detail says by
+ * how much), FK_EEXPIRED, FK_ECONFIG (cluster file), FK_EUNREACHABLE (no
  * replica answered at open).
  *
  * Threads: a handle belongs to the thread that opened it (flows are
@@ -112,6 +113,11 @@ typedef int (*flowkv_visit_fn)(void *arg, const uint8_t *key, size_t klen, const
 int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *end, size_t elen,
                       uint32_t count, flowkv_visit_fn fn, void *arg);
 
+/* The replicas' detail of the last synchronous call's error, "" when they
+ * sent none: for FK_EQUOTA "N of M bytes" (what the cluster would hold
+ * after the write, and its quota). Valid until the next call. */
+const char *flowkv_error_detail(const flowkv *kv);
+
 /* ---- asynchronous, pipelined ---------------------------------------------- */
 
 enum flowkv_op_type {
@@ -148,6 +154,7 @@ int flowkv_submit(flowkv *kv, const struct flowkv_op *op);
 struct flowkv_done {
     uint64_t tag;
     int status;          /* 0 or a negative error, as the synchronous calls */
+                         /* (an error's data, when len > 0, is its detail as text) */
     uint32_t len;        /* GET: value bytes; SCAN: pair bytes */
     const uint8_t *data; /* valid until the next flowkv_poll on this handle */
 };

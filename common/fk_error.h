@@ -51,7 +51,8 @@
     X(FK_EEXPIRED, 27, "client session expired (evicted from the client table)")                   \
     X(FK_EUNKEPT, 28, "reply not kept (a read logged without being executed)")                     \
     X(FK_EKEYSIZE, 29, "key over the size limit of 511 bytes")                                     \
-    X(FK_EVALSIZE, 30, "value over the size limit of 1024 bytes")
+    X(FK_EVALSIZE, 30, "value over the size limit of 1024 bytes")                                  \
+    X(FK_EQUOTA, 31, "quota exceeded")
 
 enum fk_err {
 #define FK__ERR_ENUM(name, off, msg) name = FK_ERR_BASE - (off),
@@ -60,7 +61,7 @@ enum fk_err {
 };
 
 /* The lowest code in use; every FK_E* code is in [FK_ERR_LAST, FK_ERR_BASE]. */
-#define FK_ERR_LAST FK_EVALSIZE
+#define FK_ERR_LAST FK_EQUOTA
 _Static_assert(FK_ERR_LAST > FK_ERR_BASE - 100, "flowkv error range overflows its 100 codes");
 
 /* Returns a human-readable message for err: an FK_E* code, a negated errno,

@@ -27,12 +27,14 @@ int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
     t->keys = calloc(slots, sizeof *t->keys);
     t->scratch = calloc(slots, sizeof *t->scratch);
     t->rows = calloc(slots, sizeof *t->rows);
-    if (!t->keys || !t->scratch || !t->rows) {
+    t->order = calloc(cap, sizeof *t->order);
+    if (!t->keys || !t->scratch || !t->rows || !t->order) {
         cons_ctab_free(t);
         return FK_ENOMEM;
     }
     t->slots = slots;
     t->cap = cap;
+    t->head = t->tail = CONS_CTAB_NIL;
     return 0;
 }
 
@@ -41,6 +43,7 @@ void cons_ctab_free(struct cons_ctab *t)
     free(t->keys);
     free(t->scratch);
     free(t->rows);
+    free(t->order);
     memset(t, 0, sizeof *t);
 }
 
@@ -67,10 +70,62 @@ struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id)
     return t->keys[i].client_id == client_id ? &t->rows[i] : NULL;
 }
 
-static void row_copy(struct cons_ctab_row *dst, const struct cons_reply *reply)
+/* ---- the recency list: rows linked in (stamp, client id) order -------- */
+
+/* Whether slot a's row comes before slot b's: an older stamp, or the same
+ * stamp and a smaller client id (cons.h, eviction). */
+static int ctab_before(const struct cons_ctab *t, uint32_t a, uint32_t b)
 {
-    dst->client_id = reply->client_id;
-    cons_reply_copy(&dst->reply, reply);
+    const struct cons_ctab_key *x = &t->keys[a], *y = &t->keys[b];
+    return x->used < y->used || (x->used == y->used && x->client_id < y->client_id);
+}
+
+static void ctab_unlink(struct cons_ctab *t, uint32_t i)
+{
+    struct cons_ctab_row *r = &t->rows[i];
+    if (r->prev != CONS_CTAB_NIL)
+        t->rows[r->prev].next = r->next;
+    else
+        t->head = r->next;
+    if (r->next != CONS_CTAB_NIL)
+        t->rows[r->next].prev = r->prev;
+    else
+        t->tail = r->prev;
+}
+
+/* Links slot i at its place, searching back from the tail: a row stamped
+ * with a new largest stamp (every cons_apply_once) goes straight there. */
+static void ctab_link(struct cons_ctab *t, uint32_t i)
+{
+    uint32_t after = t->tail;
+    while (after != CONS_CTAB_NIL && ctab_before(t, i, after))
+        after = t->rows[after].prev;
+    struct cons_ctab_row *r = &t->rows[i];
+    r->prev = after;
+    r->next = after == CONS_CTAB_NIL ? t->head : t->rows[after].next;
+    if (r->next != CONS_CTAB_NIL)
+        t->rows[r->next].prev = i;
+    else
+        t->tail = i;
+    if (after != CONS_CTAB_NIL)
+        t->rows[after].next = i;
+    else
+        t->head = i;
+}
+
+/* The row in slot j moved to slot h (ctab_remove): its neighbours follow. */
+static void ctab_moved(struct cons_ctab *t, uint32_t j, uint32_t h)
+{
+    struct cons_ctab_row *r = &t->rows[h];
+    *r = t->rows[j];
+    if (r->prev != CONS_CTAB_NIL)
+        t->rows[r->prev].next = h;
+    else
+        t->head = h;
+    if (r->next != CONS_CTAB_NIL)
+        t->rows[r->next].prev = h;
+    else
+        t->tail = h;
 }
 
 /* Empties slot i and shifts later rows of its probe run back into the hole
@@ -78,6 +133,7 @@ static void row_copy(struct cons_ctab_row *dst, const struct cons_reply *reply)
  * unless its home slot lies cyclically in (hole, j]. */
 static void ctab_remove(struct cons_ctab *t, uint32_t hole)
 {
+    ctab_unlink(t, hole);
     uint32_t mask = t->slots - 1, j = hole;
     for (uint32_t n = 0; n < t->slots; n++) {
         j = (j + 1) & mask;
@@ -86,30 +142,13 @@ static void ctab_remove(struct cons_ctab *t, uint32_t hole)
         uint32_t home = (uint32_t)mix64(t->keys[j].client_id) & mask;
         if (((j - home) & mask) >= ((j - hole) & mask)) {
             t->keys[hole] = t->keys[j];
-            row_copy(&t->rows[hole], &t->rows[j].reply);
+            ctab_moved(t, j, hole);
             hole = j;
         }
     }
     t->keys[hole].client_id = 0;
     t->keys[hole].used = 0;
     t->rows[hole].client_id = 0;
-}
-
-/* The least recently used row: smallest stamp, then smallest client id.
- * Depends only on the table's contents, never on slot order. */
-static uint32_t ctab_lru(const struct cons_ctab *t)
-{
-    uint32_t best = UINT32_MAX;
-    for (uint32_t i = 0; i < t->slots; i++) {
-        const struct cons_ctab_key *k = &t->keys[i];
-        if (k->client_id == 0)
-            continue;
-        if (best == UINT32_MAX || k->used < t->keys[best].used ||
-            (k->used == t->keys[best].used && k->client_id < t->keys[best].client_id))
-            best = i;
-    }
-    assert(best != UINT32_MAX);
-    return best;
 }
 
 /* The slot of client_id's row, stamped `used`: a new row when it has none,
@@ -121,7 +160,9 @@ static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t use
     *evicted = 0;
     if (t->keys[i].client_id == 0) {
         if (t->used >= t->cap) {
-            ctab_remove(t, ctab_lru(t));
+            /* The least recently used row: the list's head, an order that
+             * depends only on the table's contents, never on slots. */
+            ctab_remove(t, t->head);
             t->used--;
             t->evicted++;
             *evicted = 1;
@@ -129,23 +170,28 @@ static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t use
         }
         t->used++;
         t->keys[i].client_id = client_id;
+        t->rows[i].client_id = client_id;
+    } else {
+        ctab_unlink(t, i);
     }
     assert(t->used <= t->cap && t->keys[i].client_id == client_id);
     t->keys[i].used = used;
+    ctab_link(t, i);
     return i;
 }
 
-int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply, uint64_t used)
+int cons_ctab_put(struct cons_ctab *t, uint64_t client_id, uint64_t req_no, int32_t status,
+                  uint64_t used)
 {
-    assert(reply->client_id != 0 && reply->len <= CONS_REPLY_MAX);
+    assert(client_id != 0 && req_no != 0 && status <= 0);
     int evicted;
-    uint32_t i = ctab_claim(t, reply->client_id, used, &evicted);
-    row_copy(&t->rows[i], reply);
+    uint32_t i = ctab_claim(t, client_id, used, &evicted);
+    t->rows[i].req_no = req_no;
+    t->rows[i].status = status;
     return evicted;
 }
 
-/* Layout: u64 ops, u32 count, then count times (u64 stamp, encoded reply:
- * cons_wire_put_reply). */
+/* Layout: cons.h, cons_ctab_save. */
 int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *len)
 {
     struct cons_wbuf w;
@@ -155,7 +201,9 @@ int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *
     for (uint32_t i = 0; i < t->slots; i++) {
         if (t->keys[i].client_id) {
             cons_w_u64(&w, t->keys[i].used);
-            cons_wire_put_reply(&w, &t->rows[i].reply);
+            cons_w_u64(&w, t->rows[i].client_id);
+            cons_w_u64(&w, t->rows[i].req_no);
+            cons_w_u32(&w, (uint32_t)t->rows[i].status);
         }
     }
     if (w.err)
@@ -171,20 +219,14 @@ static int ctab_load_keys(struct cons_ctab *t, struct cons_rbuf v, uint32_t n, u
 {
     memset(t->scratch, 0, (size_t)t->slots * sizeof *t->scratch);
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t used = cons_r_u64(&v);
-        struct cons_wire_reply h;
-        const uint8_t *q = cons_r_bytes(&v, sizeof h);
-        if (!q)
+        uint64_t used = cons_r_u64(&v), id = cons_r_u64(&v), req_no = cons_r_u64(&v);
+        int32_t status = (int32_t)cons_r_u32(&v);
+        if (v.err || id == 0 || req_no == 0 || status > 0 || used > ops)
             return FK_EMALFORMED;
-        memcpy(&h, q, sizeof h);
-        /* What cons_wire_get_reply accepts, checked again below by assert. */
-        if (h.client_id == 0 || h.status > 0 || used > ops || h.len > CONS_REPLY_MAX ||
-            !cons_r_bytes(&v, h.len))
-            return FK_EMALFORMED;
-        uint32_t s = ctab_slot(t->scratch, t->slots, h.client_id);
+        uint32_t s = ctab_slot(t->scratch, t->slots, id);
         if (t->scratch[s].client_id != 0)
             return FK_EMALFORMED; /* a duplicate client */
-        t->scratch[s].client_id = h.client_id;
+        t->scratch[s].client_id = id;
         t->scratch[s].used = used;
     }
     return cons_r_done(&v) < 0 ? FK_EMALFORMED : 0;
@@ -213,6 +255,12 @@ int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len)
     return ctab_parse(t, buf, len, &r, &ops, &n);
 }
 
+static int ctab_order_cmp(const void *a, const void *b, void *arg)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return ctab_before(arg, x, y) ? -1 : ctab_before(arg, y, x) ? 1 : 0;
+}
+
 int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
 {
     struct cons_rbuf r;
@@ -227,13 +275,27 @@ int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
     for (uint32_t i = 0; i < t->slots; i++)
         t->rows[i].client_id = t->keys[i].client_id;
     for (uint32_t i = 0; i < n; i++) {
-        cons_r_u64(&r); /* the stamp, already placed */
-        uint64_t id;
-        memcpy(&id, r.p + r.off, sizeof id); /* validated above */
+        cons_r_u64(&r);               /* the stamp, already placed */
+        uint64_t id = cons_r_u64(&r); /* validated above */
         uint32_t s = ctab_slot(t->keys, t->slots, id);
         assert(t->keys[s].client_id == id);
-        rc = cons_wire_get_reply(&r, &t->rows[s].reply);
-        assert(rc == 0);
+        t->rows[s].req_no = cons_r_u64(&r);
+        t->rows[s].status = (int32_t)cons_r_u32(&r);
+        t->order[i] = s;
+    }
+    assert(r.err == 0);
+    /* The recency list, in (stamp, client id) order. */
+    qsort_r(t->order, n, sizeof *t->order, ctab_order_cmp, t);
+    t->head = t->tail = CONS_CTAB_NIL;
+    for (uint32_t i = 0; i < n; i++) {
+        struct cons_ctab_row *row = &t->rows[t->order[i]];
+        row->prev = t->tail;
+        row->next = CONS_CTAB_NIL;
+        if (t->tail != CONS_CTAB_NIL)
+            t->rows[t->tail].next = t->order[i];
+        else
+            t->head = t->order[i];
+        t->tail = t->order[i];
     }
     t->used = n;
     t->ops = ops;
@@ -252,9 +314,9 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
 {
     *row = cons_ctab_find(t, op->client_id);
     if (*row != NULL)
-        return op->req_no < (*row)->reply.req_no    ? CTAB_OLD
-               : op->req_no == (*row)->reply.req_no ? CTAB_DUP
-                                                    : CTAB_NEW;
+        return op->req_no < (*row)->req_no    ? CTAB_OLD
+               : op->req_no == (*row)->req_no ? CTAB_DUP
+                                              : CTAB_NEW;
     return op->req_no > 1 ? CTAB_EXPIRED : CTAB_NEW;
 }
 
@@ -266,17 +328,17 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     enum ctab_verdict v = ctab_judge(t, op, &row);
     if (v == CTAB_OLD)
         return 2;
-    if (v == CTAB_DUP && row->reply.status != FK_EUNKEPT) {
-        cons_reply_copy(reply, &row->reply);
-        return 1;
-    }
     reply->client_id = op->client_id;
     reply->req_no = op->req_no;
     reply->len = 0;
+    if (v == CTAB_DUP && row->status != FK_EUNKEPT) {
+        reply->status = row->status; /* a write's outcome: no data */
+        return 1;
+    }
     if (v == CTAB_DUP) {
-        /* Logged unexecuted (cons_log_read): a read is read again, here
-         * and now, which linearizes it within its retry; the table stays
-         * as it is on every replica. */
+        /* A read keeps no result: it is read again, here and now, which
+         * linearizes it within its retry; the table stays as it is on
+         * every replica. */
         if (!cons_op_reads(op)) {
             reply->status = FK_EEXPIRED;
             return 1;
@@ -291,8 +353,10 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     int rc = sm->ops->apply(sm->impl, op, reply);
     if (rc < 0)
         return rc;
-    assert(reply->len <= CONS_REPLY_MAX);
-    cons_ctab_put(t, reply, ++t->ops);
+    /* A write's reply carries data only as the detail of an error. */
+    assert(reply->len <= CONS_REPLY_MAX && (cons_op_reads(op) || reply->status < 0 || !reply->len));
+    cons_ctab_put(t, op->client_id, op->req_no, cons_op_reads(op) ? FK_EUNKEPT : reply->status,
+                  ++t->ops);
     return 0;
 }
 
@@ -305,12 +369,8 @@ int cons_log_read(struct cons_ctab *t, const struct cons_op *op)
         return v == CTAB_OLD ? 2 : v == CTAB_DUP ? 1 : 0; /* as cons_apply_once */
     int evicted;
     uint32_t i = ctab_claim(t, op->client_id, ++t->ops, &evicted);
-    row = &t->rows[i];
-    row->client_id = op->client_id;
-    row->reply.client_id = op->client_id;
-    row->reply.req_no = op->req_no;
-    row->reply.status = FK_EUNKEPT;
-    row->reply.len = 0;
+    t->rows[i].req_no = op->req_no;
+    t->rows[i].status = FK_EUNKEPT;
     return 0;
 }
 

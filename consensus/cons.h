@@ -43,7 +43,7 @@
 #define CONS_REPLICAS_MAX    7          /* replicas in a group (2f+1, f <= 3) */
 #define CONS_BATCH_MAX       8          /* client operations in one log entry */
 #define CONS_LOG_CAP_MAX     4096       /* log entries held in memory (the window), either core */
-#define CONS_CLIENTS_MAX     4096       /* clients in the client table */
+#define CONS_CLIENTS_MAX     (1u << 17) /* clients in the client table (131,072) */
 #define CONS_MSG_MAX         (8u << 20) /* bytes in one wire message */
 #define CONS_OUT_MSGS_MAX    256        /* messages in one outbox */
 #define CONS_OUT_PERSIST_MAX 256        /* persist requests in one outbox */
@@ -215,11 +215,18 @@ struct cons_outbox {
 };
 
 /* ---- client table (exactly-once, part of replicated state) -------------
- * One row per client: the latest applied request number and its reply. A
- * request with req_no <= the row's is never applied again; the equal one is
- * answered from the cache. Sized at create: cap rows (open addressing at
- * load <= 1/2, so 2*cap slots of sizeof(struct cons_ctab_row) ~ 8.2 KiB
- * plus two 16-byte keys each: 64 clients = 1 MiB, CONS_CLIENTS_MAX = 65 MiB).
+ * One row per client: the latest applied request number and the outcome
+ * of that request when it wrote (its status: a write's reply carries no
+ * data). A request with req_no <= the row's is never applied again; the
+ * equal one is answered from the row. A read keeps no result (status
+ * FK_EUNKEPT): a retried read is read again where the retry lands in the
+ * log, which linearizes it within the retry and changes nothing, so no
+ * replica stores values or scan pages for sessions (Raft's client
+ * sessions do the same for read-only queries, Ongaro's dissertation
+ * section 6.3). Sized at create: cap rows (open addressing at load <= 1/2,
+ * so 2*cap slots of a 32-byte row and two 16-byte keys: 64 bytes a slot,
+ * and a 4-byte sort index per row: about 132 bytes a client;
+ * CONS_CLIENTS_MAX = 17 MiB).
  *
  * Eviction (sessions expire, as in Raft's client sessions, Ongaro's
  * dissertation section 6.3): every CLI invocation is a new client, so a
@@ -238,18 +245,30 @@ struct cons_outbox {
  * same request (a resend, or a duplicate made by the network) may have
  * been before the row went, so the outcome is unknown, as after a timeout;
  * it reports that, or resends an idempotent operation under a new client
- * id (new clients start at req_no 1). Cost: finding the victim scans the
- * compact key array (2*cap slots of 16 bytes: 128 KiB for 4096 clients;
- * an evicting apply took ~20 us against ~0.4 us for an updating one on
- * the 2-core dev VM, test_cons_ctab prints both), once per new client
- * while the table is full; lookups probe the same key array. */
+ * id (new clients start at req_no 1). Cost: the rows are also linked in
+ * (stamp, client id) order, so the victim is the list's head and a row
+ * touched with a new largest stamp moves to its tail: an evicting apply
+ * costs about what an updating one does (test_cons_ctab prints both; a
+ * scan of the key array for the smallest stamp took 1.2 ms at 131,072
+ * rows). Only a stamp smaller than the largest (cons_ctab_put called
+ * directly) walks the list back from the tail; load sorts once. */
 struct cons_ctab_row {
-    uint64_t client_id; /* 0 = empty slot */
-    struct cons_reply reply;
+    uint64_t client_id;  /* 0 = empty slot */
+    uint64_t req_no;     /* the latest applied request */
+    int32_t status;      /* its outcome: 0 or FK_E* of a write, FK_EUNKEPT for a read */
+    uint32_t prev, next; /* slots of the neighbours in (stamp, id) order; CONS_CTAB_NIL */
 };
 
-/* The probe array, parallel to rows: kept apart so probing and the LRU
- * scan read 16 bytes per slot instead of a whole row. */
+#define CONS_CTAB_NIL UINT32_MAX
+
+/* Bytes one row takes in a saved table (cons_ctab_save): stamp, client
+ * id, request number, status; and the most a saved table of cap rows
+ * takes. */
+#define CONS_CTAB_ROW_WIRE      28
+#define CONS_CTAB_SAVE_MAX(cap) (12 + (size_t)(cap)*CONS_CTAB_ROW_WIRE)
+
+/* The probe array, parallel to rows: kept apart so probing reads 16 bytes
+ * per slot instead of a whole row. */
 struct cons_ctab_key {
     uint64_t client_id; /* 0 = empty slot */
     uint64_t used;      /* last-use stamp: t->ops when the row was last written */
@@ -262,6 +281,8 @@ struct cons_ctab {
     struct cons_ctab_key *keys;
     struct cons_ctab_key *scratch; /* load builds the new key array here first */
     struct cons_ctab_row *rows;
+    uint32_t head, tail; /* least and most recently used rows' slots; CONS_CTAB_NIL */
+    uint32_t *order;     /* load: the occupied slots, sorted into list order */
 };
 
 /* Allocates a table for up to cap clients (1..CONS_CLIENTS_MAX). Returns 0,
@@ -271,13 +292,17 @@ void cons_ctab_free(struct cons_ctab *t);
 /* The row of client_id, or NULL. The pointer is valid until the next put or
  * load (eviction moves rows). */
 struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id);
-/* Records reply as its client's latest, stamped `used` (a value from
- * replicated state; larger = more recent). When the client has no row and
- * the table is full, the least recently used row is evicted first (returns
- * 1); otherwise returns 0. Never fails. */
-int cons_ctab_put(struct cons_ctab *t, const struct cons_reply *reply, uint64_t used);
-/* Serialises the table (ops, then each row with its stamp) into buf;
- * FK_ETOOBIG when cap is too small. */
+/* Records request req_no of client_id and its outcome (status: 0, a
+ * negative FK_E* code of a write, or FK_EUNKEPT) as the client's latest,
+ * stamped `used` (a value from replicated state; larger = more recent).
+ * When the client has no row and the table is full, the least recently
+ * used row is evicted first (returns 1); otherwise returns 0. Never
+ * fails. */
+int cons_ctab_put(struct cons_ctab *t, uint64_t client_id, uint64_t req_no, int32_t status,
+                  uint64_t used);
+/* Serialises the table (u64 ops, u32 count, then each row: u64 stamp, u64
+ * client id, u64 request number, i32 status) into buf; FK_ETOOBIG when cap
+ * is too small. At most CONS_CTAB_SAVE_MAX(cap) bytes. */
 int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *len);
 /* Replaces the table; FK_EMALFORMED on bad bytes (a duplicate client, a
  * stamp above ops; the table is unchanged), FK_EFULL over capacity. */
@@ -287,16 +312,17 @@ int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len);
  * validate a whole snapshot before it replaces anything. */
 int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len);
 
-/* Applies op exactly once through the client table: a duplicate returns the
- * cached reply (1), an old request returns 2 and no reply, a new one is
- * applied (0) and its row stamped with ++t->ops (evicting the least
- * recently used row if the table is full). A request with req_no > 1 from a
+/* Applies op exactly once through the client table: a duplicate of a
+ * write returns its kept outcome (1), an old request returns 2 and no
+ * reply, a new one is applied (0) and its row stamped with ++t->ops
+ * (evicting the least recently used row if the table is full; a read's row
+ * keeps FK_EUNKEPT, not its result). A request with req_no > 1 from a
  * client without a row is answered FK_EEXPIRED and not applied (returns 0;
- * see eviction above). A duplicate whose row holds no reply (FK_EUNKEPT,
- * cons_log_read) is a read: it is read again, which changes neither the
- * state nor the table, and answered (1); any other op under that number is
- * answered FK_EEXPIRED. reply is filled when the result is 0 or 1.
- * Negative: the sm failed. */
+ * see eviction above). A duplicate whose row holds no outcome
+ * (FK_EUNKEPT: a read, here or through cons_log_read) is read again, which
+ * changes neither the state nor the table, and answered (1); any other op
+ * under that number is answered FK_EEXPIRED. reply is filled when the
+ * result is 0 or 1. Negative: the sm failed. */
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply);
 

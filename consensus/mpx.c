@@ -38,8 +38,8 @@ static int config_ok(const struct mpx_config *c)
  *   slots        log_cap * sizeof(struct mpx_slot)             (48 B each)
  *   op pool      log_cap * batch_max * sizeof(struct cons_op)  (2,136 B each)
  *   pending      pending_max * sizeof(struct cons_op)
- *   client table 2 * clients_max rows of ~8.2 KiB (cons.h)
- *   snapshot     16 + 4 + clients_max * CONS_WIRE_REPLY_MAX + snapshot_max
+ *   client table 2 * clients_max slots of 56 B (cons.h)
+ *   snapshot     16 + 4 + CONS_CTAB_SAVE_MAX(clients_max) + snapshot_max
  *   recovery     the same again (the best snapshot heard while recovering)
  *   outbox arena max(arena_bytes, 2 * snapshot + 64 KiB)
  * e.g. log_cap 32, batch 4, 16 clients, 64 KiB snapshots: ~0.9 MiB. */
@@ -50,7 +50,7 @@ static int alloc_all(struct mpx *r)
     r->op_pool = calloc((size_t)c->log_cap * c->batch_max, sizeof *r->op_pool);
     r->pending = calloc(c->pending_max, sizeof *r->pending);
     r->scratch_batch = calloc(c->batch_max, sizeof *r->scratch_batch);
-    r->snap_cap = 16 + 4 + (size_t)c->clients_max * CONS_WIRE_REPLY_MAX + c->snapshot_max;
+    r->snap_cap = 16 + 4 + CONS_CTAB_SAVE_MAX(c->clients_max) + c->snapshot_max;
     r->snap_buf = malloc(r->snap_cap);
     r->rec_snap = malloc(r->snap_cap);
     size_t arena = c->arena_bytes;

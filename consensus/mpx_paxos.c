@@ -594,10 +594,18 @@ static void on_request(struct mpx *r, const struct cons_op *op)
         mpx__reply(r, op->client_id, &r->reply);
         return;
     }
+    /* Exactly once: a write applied before is answered with its kept
+     * outcome; a read keeps none (cons.h), so it goes through the log
+     * again, where it is read again. */
     const struct cons_ctab_row *row = cons_ctab_find(&r->ctab, op->client_id);
-    if (row && op->req_no <= row->reply.req_no) {
-        if (op->req_no == row->reply.req_no)
-            mpx__reply(r, op->client_id, &row->reply); /* exactly once: cached */
+    if (row && op->req_no < row->req_no)
+        return;
+    if (row && op->req_no == row->req_no && row->status != FK_EUNKEPT) {
+        r->reply.client_id = op->client_id;
+        r->reply.req_no = op->req_no;
+        r->reply.status = row->status;
+        r->reply.len = 0;
+        mpx__reply(r, op->client_id, &r->reply);
         return;
     }
     if (in_flight(r, op) || r->pend_n >= r->cfg.pending_max)

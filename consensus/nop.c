@@ -26,7 +26,7 @@ int nop__is_leader(const struct nop *r)
 /* Bytes of a checkpoint: u64 index, u32 + client table, u32 + snapshot. */
 static size_t cp_bytes(const struct nop_config *c)
 {
-    return 16 + 4 + (size_t)c->clients_max * CONS_WIRE_REPLY_MAX + c->snapshot_max;
+    return 16 + 4 + CONS_CTAB_SAVE_MAX(c->clients_max) + c->snapshot_max;
 }
 
 /* The largest message: a checkpoint and a full ring of entries. */
@@ -49,8 +49,8 @@ static int config_ok(const struct nop_config *c)
  *   exec_sig   log_cap * 8 B
  *   history    log_cap * 16 B (struct nop_hist)
  *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 2,152 B = 2.1 MiB)
- *   clients    2 * clients_max rows of ~8.2 KiB (cons.h)
- *   checkpoint 2 * cp_bytes(): 20 B + clients_max * 8,216 B + snapshot_max, the
+ *   clients    2 * clients_max slots of 56 B (cons.h)
+ *   checkpoint 2 * cp_bytes(): 32 B + clients_max * 28 B + snapshot_max, the
  *              checkpoint and a leader's next one (maybe_checkpoint)
  *   arena      max(arena_bytes, whole_bytes() + 64 KiB): room for the largest message
  *              (VIEW-CHANGE, START-VIEW, RECOVERY-REPLY: a checkpoint and a full ring);
@@ -418,11 +418,19 @@ static uint64_t expected(const struct nop *r)
     return r->log_len >= r->sess_start ? r->log_len - r->sess_start + 1 : 0;
 }
 
+/* Empties the OUM buffer in O(1): a new epoch leaves every slot stale
+ * without touching it (the buffer is NOP_OUM_BUF ops, ~2.6 MiB, whose
+ * pages a loop over it faulted in at every create). */
 void nop__oum_clear(struct nop *r)
 {
     r->oum_drop_upto = 0;
-    for (uint32_t i = 0; i < NOP_OUM_BUF; i++)
-        r->oum[i].kind = 0;
+    r->oum_epoch++;
+}
+
+/* Whether slot s holds OUM message num (a request, fill or drop). */
+static int oum_holds(const struct nop *r, const struct nop_oum *s, uint64_t num)
+{
+    return s->kind && s->epoch == r->oum_epoch && s->msgnum == num;
 }
 
 /* A NO-OP entry, for appends (a zeroed 2 KiB entry on the stack per fill
@@ -466,7 +474,7 @@ static void send_gap_commits(struct nop *r)
 static int take_drop(struct nop *r, uint64_t want)
 {
     struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
-    int here = s->kind && s->msgnum == want;
+    int here = oum_holds(r, s, want);
     if (want == 0 || (here ? s->kind != NOP_OUM_DROP : want > r->oum_drop_upto))
         return 0;
     if (here)
@@ -516,7 +524,7 @@ void nop__drain(struct nop *r)
             return;
         struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
         uint8_t kind = NOP_OUM_DROP;
-        if (s->kind && s->msgnum == want)
+        if (oum_holds(r, s, want))
             kind = s->kind;
         else if (want > r->oum_drop_upto)
             return;
@@ -551,7 +559,7 @@ void nop__drain(struct nop *r)
     /* Stopped at the stop gap with the next message waiting: a stall. */
     uint64_t want = full ? expected(r) : 0;
     const struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
-    int waiting = want && s->kind && s->msgnum == want;
+    int waiting = want && oum_holds(r, s, want);
     r->stalls += waiting && !r->stalled;
     r->stalled = waiting;
 }
@@ -583,13 +591,15 @@ static void on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op 
     /* The OUM delivers in order, so every number skipped was dropped. */
     for (uint64_t k = want; k < num; k++) {
         struct nop_oum *s = &r->oum[k % NOP_OUM_BUF];
-        if (!s->kind || s->msgnum != k) {
+        if (!oum_holds(r, s, k)) {
             s->kind = NOP_OUM_DROP;
+            s->epoch = r->oum_epoch;
             s->msgnum = k;
         }
     }
     struct nop_oum *s = &r->oum[num % NOP_OUM_BUF];
     s->kind = m->type;
+    s->epoch = r->oum_epoch;
     s->msgnum = num;
     if (m->type == NOP_OUM_REQ)
         cons_op_copy(&s->op, op);

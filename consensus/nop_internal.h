@@ -85,7 +85,8 @@ struct nop_hist {
 };
 
 struct nop_oum {
-    uint8_t kind; /* 0 empty, NOP_OUM_REQ, NOP_OUM_DROP or NOP_OUM_FILL */
+    uint8_t kind;   /* 0 empty, NOP_OUM_REQ, NOP_OUM_DROP or NOP_OUM_FILL */
+    uint32_t epoch; /* valid only in the buffer's current epoch (nop__oum_clear) */
     uint64_t msgnum;
     struct cons_op op;
 };
@@ -135,6 +136,7 @@ struct nop {
 
     struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
     uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */
+    uint32_t oum_epoch;     /* the buffer's epoch: slots of older ones are empty */
 
     /* Gap agreement: the leader's pending NO-OPs (gap_lo..gap_slot, one
      * slot except in durable mode), a follower's missing slot. */

@@ -6,6 +6,7 @@
 #include "kv.h" /* kv_key_cmp: the order scans share with the simulator */
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 /* A key goes into LMDB's data database as it is. */
@@ -54,7 +55,9 @@ static int64_t kv__current(struct kv_sm *sm, const struct cons_op *op, uint8_t *
     return (int64_t)len;
 }
 
-/* Writes op's value, keeping the byte count; status FK_EFULL past quota. */
+/* Writes op's value, keeping the byte count. Past the quota: status
+ * FK_EQUOTA, and the reply says by how much ("N of M bytes": what the
+ * store would hold after the write, and the quota). */
 static int kv__write(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
                      struct cons_reply *reply)
 {
@@ -62,7 +65,10 @@ static int kv__write(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
     after -= cur >= 0 ? (uint64_t)cur : 0;
     after += cur >= 0 ? 0 : op->key_len;
     if (after > sm->quota_bytes && after > sm->bytes) {
-        reply->status = FK_EFULL;
+        reply->status = FK_EQUOTA;
+        int n = snprintf((char *)reply->data, CONS_REPLY_MAX, "%llu of %llu bytes",
+                         (unsigned long long)after, (unsigned long long)sm->quota_bytes);
+        reply->len = n > 0 ? (uint32_t)n : 0;
         return 0;
     }
     int rc = kv_data_put(sm->store, op->key, op->key_len, op->val, op->val_len);

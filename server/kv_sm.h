@@ -13,7 +13,9 @@
  * bytes of keys plus values it stores (kept in the meta database under
  * "sm.bytes", written in the same transaction as the data) may not exceed
  * quota_bytes, a cluster-wide setting; a PUT or CAS that would pass it is
- * answered FK_EFULL on every replica alike. The LMDB map must be larger than
+ * answered FK_EQUOTA on every replica alike, with "N of M bytes" as the
+ * reply's data (what it would hold after the write, the quota). The LMDB
+ * map must be larger than
  * the quota plus the log window; if LMDB still reports a full map or a disk
  * error, apply returns FK_EFULL or FK_ESTORAGE, which the contract treats as
  * a failure that stops the replica (never a divergent reply).

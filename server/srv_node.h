@@ -39,10 +39,14 @@
  * data a group can hold. */
 #define SRV_SNAPSHOT_MAX (1536u << 10) /* bytes of a state machine snapshot */
 #define SRV_QUOTA_BYTES  (1u << 20)    /* stored key + value bytes, replicated quota */
-#define SRV_CLIENTS_MAX  128           /* client table rows (exactly-once sessions) */
+/* Client table rows (exactly-once sessions): 28 bytes each in a snapshot,
+ * about 132 bytes of memory each (cons.h). A NOPaxos checkpoint (the
+ * table, the snapshot) and a ring of entries must fit one message:
+ * 2048 * 2,592 + 50,000 * 28 + 1.5 MiB = 8.0 of CONS_MSG_MAX's 8.4 MB. */
+#define SRV_CLIENTS_MAX 50000
 /* The cores check at create that their largest message fits CONS_MSG_MAX:
- * Multi-Paxos a promise of log_cap batches, NOPaxos a checkpoint (client
- * table at 8 KiB a row + snapshot) plus a ring of entries. */
+ * Multi-Paxos a promise of log_cap batches, NOPaxos a checkpoint plus a
+ * ring of entries. */
 #define SRV_MPX_LOG   256
 #define SRV_MPX_BATCH 4
 /* A NOPaxos checkpoint serialises the whole state machine and client

@@ -57,7 +57,7 @@
  * over FLOWKV_VAL_MAX, a bad field name); FK_EBUSY
  * (SERVICE_UNAVAILABLE); FK_EMALFORMED (a value that is not a record of this
  * workload), FK_ECASFAIL (partial update lost flowkv.update_tries races),
- * FK_EFULL (the cluster's data quota), FK_EEXPIRED (the session was
+ * FK_EQUOTA (the cluster's data quota), FK_EEXPIRED (the session was
  * forgotten: outcome unknown), each ERROR.
  *
  * Memory, allocated once by open: D = flowkv.pipeline slots of about 600
@@ -78,7 +78,7 @@
 /* Client sessions a cluster remembers (server/srv_node.h SRV_CLIENTS_MAX;
  * ycsb/ cannot include server headers, so the figure is repeated here and
  * used only for a warning). */
-#define YCSB_FLOWKV_SESSIONS 128
+#define YCSB_FLOWKV_SESSIONS 50000
 
 /* The binding ("flowkv"). */
 extern const struct ycsb_binding ycsb_flowkv_binding;

@@ -50,9 +50,15 @@ static int exit_for(int rc)
     return EXIT_ERROR;
 }
 
+static flowkv *cli_kv; /* for the replicas' error detail */
+
 static int fail(const char *what, int rc)
 {
-    fprintf(stderr, "flowkv: %s: %s\n", what, fk_strerror(rc));
+    const char *detail = flowkv_error_detail(cli_kv);
+    if (*detail)
+        fprintf(stderr, "flowkv: %s: %s (%s)\n", what, fk_strerror(rc), detail);
+    else
+        fprintf(stderr, "flowkv: %s: %s\n", what, fk_strerror(rc));
     return exit_for(rc);
 }
 
@@ -209,6 +215,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "flowkv: %s\n", err);
         return rc == FK_ECONFIG || rc < -4096 ? exit_for(rc) : EXIT_ERROR;
     }
+    cli_kv = kv;
     rc = run(kv, argv[optind], argc - optind - 1, argv + optind + 1, o.timeout_ns);
     flowkv_close(kv);
     return rc;

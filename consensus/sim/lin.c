@@ -272,7 +272,7 @@ static int project(const struct lin_op *ops, size_t n, uint32_t k, struct reg_op
             }
             if (!covered)
                 continue;
-        } else if (o->key != k || o->status == FK_EFULL) {
+        } else if (o->key != k || o->status == FK_EFULL || o->status == FK_EQUOTA) {
             continue;
         }
         out[m++] = r;

@@ -6,6 +6,9 @@
  *   kv_check CONF api                   every call of the library, checked
  *   kv_check CONF paging N              loads N keys pg-00000.. and pages
  *                                       through them with flowkv_scan_range
+ *   kv_check CONF quota fill|clear      fills the cluster with q-* keys until
+ *                                       FK_EQUOTA (checking its detail), or
+ *                                       deletes them and writes again
  *   kv_check CONF write PREFIX N ACKS   puts PREFIX-i = v-i for i < N, one at
  *                                       a time, appending i to ACKS once
  *                                       acknowledged (a failure moves on)
@@ -271,6 +274,44 @@ static int mode_paging(const char *conf, long n)
     return failures ? 1 : 0;
 }
 
+/* The data quota: puts of 1,000-byte values until the cluster answers
+ * FK_EQUOTA with "N of M bytes" (M the quota), or deletes them again. */
+static int mode_quota(const char *conf, const char *what)
+{
+    flowkv *kv;
+    char err[256], key[16];
+    static char val[1000];
+    memset(val, 'q', sizeof val);
+    if (flowkv_open(conf, NULL, &kv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    int fill = strcmp(what, "fill") == 0, rc = 0, i;
+    for (i = 0; i < 4000; i++) {
+        snprintf(key, sizeof key, "q-%05d", i);
+        rc = fill ? flowkv_put(kv, key, strlen(key), val, sizeof val)
+                  : flowkv_del(kv, key, strlen(key));
+        if (rc == FK_EQUOTA || (!fill && rc == FK_ENOTFOUND))
+            break;
+        EXPECT(rc == 0, "%s %s: %s", fill ? "put" : "del", key, fk_strerror(rc));
+        if (rc < 0)
+            break;
+    }
+    if (fill) {
+        unsigned long long n = 0, m = 0;
+        const char *d = flowkv_error_detail(kv);
+        EXPECT(rc == FK_EQUOTA, "after %d puts: %s", i, fk_strerror(rc));
+        EXPECT(sscanf(d, "%llu of %llu bytes", &n, &m) == 2 && n > m && m == 1048576,
+               "quota detail '%s'", d);
+    } else {
+        EXPECT(rc == FK_ENOTFOUND && i > 0, "deleted %d keys: %s", i, fk_strerror(rc));
+        rc = flowkv_put(kv, "q-again", 7, val, sizeof val);
+        EXPECT(rc == 0, "a put after the quota freed: %s", fk_strerror(rc));
+    }
+    flowkv_close(kv);
+    return failures ? 1 : 0;
+}
+
 static int mode_write(const char *conf, const char *prefix, long n, const char *acks)
 {
     struct flowkv_opts o = {.timeout_ns = 3 * FK_NSEC_PER_SEC};
@@ -418,11 +459,13 @@ int main(int argc, char **argv)
         return mode_write(argv[1], argv[3], atol(argv[4]), argv[5]);
     if (argc == 5 && strcmp(argv[2], "verify") == 0)
         return mode_verify(argv[1], argv[3], argv[4]);
+    if (argc == 4 && strcmp(argv[2], "quota") == 0)
+        return mode_quota(argv[1], argv[3]);
     if (argc == 4 && strcmp(argv[2], "paging") == 0)
         return mode_paging(argv[1], atol(argv[3]));
     if (argc == 4 && strcmp(argv[2], "garbage") == 0)
         return mode_garbage(argv[1], (uint32_t)atoi(argv[3]));
-    fprintf(stderr, "usage: kv_check CONF api|paging N|write PREFIX N ACKS|verify PREFIX ACKS|"
-                    "garbage ID\n");
+    fprintf(stderr, "usage: kv_check CONF api|paging N|quota fill|clear|write PREFIX N ACKS|"
+                    "verify PREFIX ACKS|garbage ID\n");
     return 2;
 }

@@ -128,6 +128,14 @@ cli_scan() { # cli_scan DIR: the CLI pages a long scan (after kv_check paging)
     "$CLI" -c "$c" scan pg- 10001 2>/dev/null; [ $? -eq 2 ] || return 3
 }
 
+quota_full() { # quota_full DIR: the library and the CLI at the data quota, then room again
+    local c="$1/cluster.conf" err
+    "$KV" "$c" quota fill || return 1
+    err=$(head -c 1000 /dev/zero | tr '\0' x | "$CLI" -c "$c" put q-cli 2>&1); [ $? -eq 3 ] || return 2
+    case $err in "flowkv: put: quota exceeded ("*" of 1048576 bytes)") ;; *) echo "$err"; return 3 ;; esac
+    "$KV" "$c" quota clear || return 4
+}
+
 wrong_token() { # wrong_token DIR: a client with another token is refused, clearly
     sed 's/^token = .*/token = not-the-cluster-token-42/' "$1/cluster.conf" >"$1/wrong.conf"
     local out rc
@@ -189,6 +197,7 @@ run_protocol() {
     t_check "$proto: flowkv_scan_range pages through 50,000 keys, 10,000 per call" \
         "$KV" "$d/cluster.conf" paging 50000
     t_check "$proto: flowkv scan prints 10,000 pairs, and stops at an end key" cli_scan "$d"
+    t_check "$proto: a full cluster answers quota exceeded (N of M bytes)" quota_full "$d"
     t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
     t_check "$proto: malformed request bytes leave the replicas serving" "$CLI" -c "$d/cluster.conf" put after-garbage ok

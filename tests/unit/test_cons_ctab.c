@@ -58,7 +58,7 @@ TEST(full_table_evicts_least_recently_used)
             continue;
         CHECK_MSG(cons_ctab_find(&t, c) != NULL, "client %llu lost", (unsigned long long)c);
     }
-    CHECK_EQ_U64(cons_ctab_find(&t, 1)->reply.req_no, 2);
+    CHECK_EQ_U64(cons_ctab_find(&t, 1)->req_no, 2);
     /* 2 comes back with its next request: refused, not applied, no row. */
     CHECK_EQ_I64(apply(&sm, &t, 2, 2), 0);
     CHECK_EQ_I64(rep.status, FK_EEXPIRED);
@@ -78,17 +78,11 @@ TEST(equal_stamps_evict_the_smallest_client_id)
     struct cons_ctab t;
     CHECK_OK(cons_ctab_init(&t, 3));
     uint64_t ids[3] = {30, 10, 20};
-    for (int i = 0; i < 3; i++) {
-        rep.client_id = ids[i];
-        rep.req_no = 1;
-        rep.len = 0;
-        CHECK_EQ_I64(cons_ctab_put(&t, &rep, 5), 0);
-    }
-    rep.client_id = 40;
-    CHECK_EQ_I64(cons_ctab_put(&t, &rep, 5), 1);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ_I64(cons_ctab_put(&t, ids[i], 1, 0, 5), 0);
+    CHECK_EQ_I64(cons_ctab_put(&t, 40, 1, 0, 5), 1);
     CHECK(cons_ctab_find(&t, 10) == NULL);
-    rep.client_id = 50;
-    CHECK_EQ_I64(cons_ctab_put(&t, &rep, 6), 1);
+    CHECK_EQ_I64(cons_ctab_put(&t, 50, 1, 0, 6), 1);
     CHECK(cons_ctab_find(&t, 20) == NULL);
     CHECK(cons_ctab_find(&t, 30) && cons_ctab_find(&t, 40) && cons_ctab_find(&t, 50));
     cons_ctab_free(&t);
@@ -159,7 +153,7 @@ static void same_as_model(struct cons_ctab *t, const struct model *m)
         CHECK_MSG(i < m->n, "table holds client %llu, the model evicted it",
                   (unsigned long long)t->keys[s].client_id);
         CHECK_EQ_U64(t->keys[s].used, m->stamp[i]);
-        CHECK_EQ_U64(t->rows[s].reply.req_no, m->req[i]);
+        CHECK_EQ_U64(t->rows[s].req_no, m->req[i]);
     }
     CHECK_EQ_U64(found, m->n);
     for (uint32_t i = 0; i < m->n; i++)
@@ -258,15 +252,15 @@ TEST(logged_read_is_read_again_on_retry)
     CHECK_EQ_I64(cons_log_read(&t, &get), 0);
     struct cons_ctab_row *row = cons_ctab_find(&t, 7);
     CHECK(row != NULL);
-    CHECK_EQ_I64(row->reply.status, FK_EUNKEPT);
-    CHECK_EQ_U64(row->reply.req_no, 1);
+    CHECK_EQ_I64(row->status, FK_EUNKEPT);
+    CHECK_EQ_U64(row->req_no, 1);
     CHECK_EQ_U64(t.ops, 2);
     CHECK_EQ_I64(cons_log_read(&t, &get), 1); /* a duplicate */
     CHECK_EQ_U64(t.ops, 2);
     size_t len;
     CHECK_OK(cons_ctab_save(&t, snap, sizeof snap, &len));
     CHECK_OK(cons_ctab_load(&u, snap, len));
-    CHECK_EQ_I64(cons_ctab_find(&u, 7)->reply.status, FK_EUNKEPT);
+    CHECK_EQ_I64(cons_ctab_find(&u, 7)->status, FK_EUNKEPT);
     memcpy(put.val, "v2", 2); /* written after the read's slot */
     put.req_no = 2;
     CHECK_EQ_I64(cons_apply_once(&sm, &u, &put, &rep), 0);
@@ -277,7 +271,7 @@ TEST(logged_read_is_read_again_on_retry)
     CHECK_EQ_U64(rep.len, 2);
     CHECK(memcmp(rep.data, "v2", 2) == 0); /* read now, within its retry */
     CHECK_EQ_U64(u.ops, 3);
-    CHECK_EQ_I64(cons_ctab_find(&u, 7)->reply.status, FK_EUNKEPT);
+    CHECK_EQ_I64(cons_ctab_find(&u, 7)->status, FK_EUNKEPT);
     struct cons_op del = get_op(7, 1);
     del.type = CONS_OP_DEL; /* a client that reused the number */
     CHECK_EQ_I64(cons_apply_once(&sm, &u, &del, &rep), 1);
@@ -292,26 +286,63 @@ TEST(logged_read_is_read_again_on_retry)
     kv_mem_destroy(kv);
 }
 
+/* A read applied once keeps no result: its retry is read again (a later
+ * value, read within the retry) and the table does not move; a write's
+ * retry gets the write's kept outcome without applying it again. */
+TEST(reads_keep_no_result_writes_keep_their_outcome)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    static struct cons_ctab t;
+    CHECK_OK(cons_ctab_init(&t, 4));
+    struct cons_op put = get_op(1, 1);
+    put.type = CONS_OP_PUT;
+    put.val_len = 2;
+    memcpy(put.val, "v1", 2);
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
+    struct cons_op get = get_op(7, 1);
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &get, &rep), 0);
+    CHECK(rep.status == 0 && rep.len == 2 && memcmp(rep.data, "v1", 2) == 0);
+    CHECK_EQ_I64(cons_ctab_find(&t, 7)->status, FK_EUNKEPT);
+    memcpy(put.val, "v2", 2);
+    put.req_no = 2;
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
+    CHECK_EQ_U64(t.ops, 3);
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &get, &rep), 1);
+    CHECK(rep.status == 0 && rep.len == 2 && memcmp(rep.data, "v2", 2) == 0);
+    CHECK_EQ_U64(t.ops, 3);
+    struct cons_op cas = get_op(8, 1);
+    cas.type = CONS_OP_CAS;
+    cas.exp_len = 1;
+    cas.exp[0] = 'x';
+    cas.val_len = 1;
+    cas.val[0] = 'y';
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &cas, &rep), 0);
+    CHECK_EQ_I64(rep.status, FK_ECASFAIL);
+    CHECK_EQ_I64(cons_apply_once(&sm, &t, &cas, &rep), 1);
+    CHECK_EQ_I64(rep.status, FK_ECASFAIL);
+    CHECK_EQ_U64(rep.len, 0);
+    CHECK_EQ_U64(t.ops, 4);
+    cons_ctab_free(&t);
+    kv_mem_destroy(kv);
+}
+
 TEST(load_rejects_bad_snapshots_and_keeps_the_table)
 {
     static struct cons_ctab t, u;
     static uint8_t buf[4 * (CONS_REPLY_MAX + 64)], bad[sizeof buf];
     CHECK_OK(cons_ctab_init(&t, 4));
     CHECK_OK(cons_ctab_init(&u, 4));
-    rep.req_no = 1;
-    rep.len = 3;
-    memcpy(rep.data, "abc", 3);
     for (uint64_t c = 1; c <= 3; c++) {
-        rep.client_id = c;
-        cons_ctab_put(&t, &rep, c);
+        cons_ctab_put(&t, c, 1, FK_ECASFAIL, c);
         t.ops = c;
     }
-    rep.client_id = 9;
-    cons_ctab_put(&u, &rep, 0);
+    cons_ctab_put(&u, 9, 1, 0, 0);
     size_t len;
     CHECK_OK(cons_ctab_save(&t, buf, sizeof buf, &len));
-    /* Records: u64 ops, u32 n, then (u64 stamp, 24-byte reply header, 3 bytes). */
-    size_t rec = 8 + 24 + 3, first = 12;
+    CHECK_EQ_U64(len, CONS_CTAB_SAVE_MAX(3));
+    /* Records: u64 ops, u32 n, then (u64 stamp, u64 client, u64 request, i32 status). */
+    size_t rec = CONS_CTAB_ROW_WIRE, first = 12;
     memcpy(bad, buf, len);
     memcpy(bad + first + rec + 8, bad + first + 8, 8); /* record 2 names record 1's client */
     CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
@@ -322,7 +353,7 @@ TEST(load_rejects_bad_snapshots_and_keeps_the_table)
     CHECK_ERR(cons_ctab_check(&u, bad, len), FK_EMALFORMED);
     int32_t positive = 1;
     memcpy(bad, buf, len);
-    memcpy(bad + first + 8 + 16, &positive, 4); /* a reply status > 0 */
+    memcpy(bad + first + 8 + 16, &positive, 4); /* a status > 0 */
     CHECK_ERR(cons_ctab_check(&u, bad, len), FK_EMALFORMED);
     CHECK_ERR(cons_ctab_load(&u, bad, len), FK_EMALFORMED);
     for (size_t cut = 0; cut < len; cut++)
@@ -339,7 +370,7 @@ TEST(load_rejects_bad_snapshots_and_keeps_the_table)
     CHECK(cons_ctab_find(&u, 9) == NULL);
     for (uint64_t c = 1; c <= 3; c++) {
         struct cons_ctab_row *row = cons_ctab_find(&u, c);
-        CHECK(row != NULL && row->reply.len == 3 && memcmp(row->reply.data, "abc", 3) == 0);
+        CHECK(row != NULL && row->req_no == 1 && row->status == FK_ECASFAIL);
     }
     CHECK_EQ_U64(u.ops, 3);
     cons_ctab_free(&t);

@@ -135,7 +135,7 @@ TEST(ctab_save_load_and_exactly_once)
     struct cons_ctab u;
     CHECK_OK(cons_ctab_init(&u, 2));
     CHECK_OK(cons_ctab_load(&u, buf, len));
-    CHECK(cons_ctab_find(&u, 9) && cons_ctab_find(&u, 9)->reply.req_no == 1);
+    CHECK(cons_ctab_find(&u, 9) && cons_ctab_find(&u, 9)->req_no == 1);
     CHECK(cons_ctab_find(&u, 8) != NULL);
     CHECK(cons_ctab_find(&u, 7) == NULL);
     CHECK_EQ_U64(u.ops, t.ops);

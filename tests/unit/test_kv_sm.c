@@ -237,7 +237,10 @@ TEST(sm_quota_is_a_deterministic_reply)
     for (int i = 0; i < 5; i++) {
         op.key[0] = (uint8_t)('a' + i);
         CHECK_OK(b.ops->apply(b.impl, &op, &r1));
-        full += r1.status == FK_EFULL;
+        full += r1.status == FK_EQUOTA;
+        if (r1.status == FK_EQUOTA) /* the reply says by how much */
+            CHECK_MSG(r1.len == 18 && memcmp(r1.data, "3003 of 3000 bytes", 18) == 0, "%.*s",
+                      (int)r1.len, (const char *)r1.data);
     }
     CHECK_EQ_I64(full, 3); /* 2 x 1001 bytes fit in 3000, the third does not */
     /* Deleting makes room again. */
