@@ -198,14 +198,18 @@ int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *
     cons_wbuf_init(&w, buf, cap);
     cons_w_u64(&w, t->ops);
     cons_w_u32(&w, t->used);
-    for (uint32_t i = 0; i < t->slots; i++) {
-        if (t->keys[i].client_id) {
-            cons_w_u64(&w, t->keys[i].used);
-            cons_w_u64(&w, t->rows[i].client_id);
-            cons_w_u64(&w, t->rows[i].req_no);
-            cons_w_u32(&w, (uint32_t)t->rows[i].status);
-        }
+    /* In recency order: O(rows), not O(slots) (a table sized for 50,000
+     * sessions has 131,072 slots, and snapshots come every few hundred
+     * operations); the order is replicated state, so every replica writes
+     * the same bytes. */
+    uint32_t n = 0;
+    for (uint32_t i = t->head; i != CONS_CTAB_NIL; i = t->rows[i].next, n++) {
+        cons_w_u64(&w, t->keys[i].used);
+        cons_w_u64(&w, t->rows[i].client_id);
+        cons_w_u64(&w, t->rows[i].req_no);
+        cons_w_u32(&w, (uint32_t)t->rows[i].status);
     }
+    assert(n == t->used);
     if (w.err)
         return FK_ETOOBIG;
     *len = w.len;
