@@ -63,7 +63,7 @@ static int kv__write(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
 {
     uint64_t after = sm->bytes + op->val_len;
     after -= cur >= 0 ? (uint64_t)cur : 0;
-    after += cur >= 0 ? 0 : op->key_len;
+    after += cur >= 0 ? 0 : op->key_len + KV_SM_PAIR_BYTES;
     if (after > sm->quota_bytes && after > sm->bytes) {
         reply->status = FK_EQUOTA;
         int n = snprintf((char *)reply->data, CONS_REPLY_MAX, "%llu of %llu bytes",
@@ -127,7 +127,7 @@ static int kv__del(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
     }
     int rc = kv_data_del(sm->store, op->key, op->key_len);
     if (rc == 0)
-        rc = kv__save_bytes(sm, sm->bytes - (uint64_t)cur - op->key_len);
+        rc = kv__save_bytes(sm, sm->bytes - (uint64_t)cur - op->key_len - KV_SM_PAIR_BYTES);
     return rc;
 }
 
@@ -221,7 +221,7 @@ static int kv__validate(const uint8_t *buf, size_t len, uint64_t *bytes)
             return FK_EMALFORMED; /* keys must strictly increase */
         pk = k;
         pklen = kl;
-        *bytes += (uint64_t)kl + vl;
+        *bytes += (uint64_t)kl + vl + KV_SM_PAIR_BYTES;
     }
     return cons_r_done(&r);
 }

@@ -10,12 +10,16 @@
  * Determinism under a full disk: every replica must give the same reply to
  * the same operation, but LMDB's MDB_MAP_FULL depends on a replica's file
  * layout. So the state machine enforces a replicated quota instead: the
- * bytes of keys plus values it stores (kept in the meta database under
- * "sm.bytes", written in the same transaction as the data) may not exceed
- * quota_bytes, a cluster-wide setting; a PUT or CAS that would pass it is
- * answered FK_EQUOTA on every replica alike, with "N of M bytes" as the
- * reply's data (what it would hold after the write, the quota). The LMDB
- * map must be larger than
+ * bytes it stores, counted as each pair's key and value plus
+ * KV_SM_PAIR_BYTES (what a pair costs in a snapshot besides its bytes, so
+ * that a snapshot never exceeds the quota + 4: counting key and value
+ * bytes alone, a 1 MiB quota of 3-byte keys with empty values made a
+ * 2.4 MB snapshot, over the cores' snapshot_max, which stopped the group),
+ * kept in the meta database under "sm.bytes" and written in the same
+ * transaction as the data, may not exceed quota_bytes, a cluster-wide
+ * setting. A PUT or CAS that would pass it is answered FK_EQUOTA on every
+ * replica alike, with "N of M bytes" as the reply's data (what the store
+ * would hold after the write, the quota). The LMDB map must be larger than
  * the quota plus the log window; if LMDB still reports a full map or a disk
  * error, apply returns FK_EFULL or FK_ESTORAGE, which the contract treats as
  * a failure that stops the replica (never a divergent reply).
@@ -42,6 +46,7 @@ struct kv_sm {
  * KV_SM_QUOTA_DEFAULT. Errors: FK_EINVAL, FK_ESTORAGE, FK_EMALFORMED (the
  * stored count is corrupt). */
 #define KV_SM_QUOTA_DEFAULT (256ULL << 20)
+#define KV_SM_PAIR_BYTES    4 /* the u16 key and value lengths of a snapshot pair */
 int kv_sm_init(struct kv_sm *sm, struct kv_store *store, uint64_t quota_bytes);
 
 /* The cons_sm view; valid while sm lives. */

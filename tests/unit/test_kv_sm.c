@@ -239,10 +239,10 @@ TEST(sm_quota_is_a_deterministic_reply)
         CHECK_OK(b.ops->apply(b.impl, &op, &r1));
         full += r1.status == FK_EQUOTA;
         if (r1.status == FK_EQUOTA) /* the reply says by how much */
-            CHECK_MSG(r1.len == 18 && memcmp(r1.data, "3003 of 3000 bytes", 18) == 0, "%.*s",
+            CHECK_MSG(r1.len == 18 && memcmp(r1.data, "3015 of 3000 bytes", 18) == 0, "%.*s",
                       (int)r1.len, (const char *)r1.data);
     }
-    CHECK_EQ_I64(full, 3); /* 2 x 1001 bytes fit in 3000, the third does not */
+    CHECK_EQ_I64(full, 3); /* 2 x 1005 bytes fit in 3000, the third does not */
     /* Deleting makes room again. */
     op.type = CONS_OP_DEL;
     op.key[0] = 'a';
@@ -253,7 +253,26 @@ TEST(sm_quota_is_a_deterministic_reply)
     CHECK_OK(b.ops->apply(b.impl, &op, &r1));
     CHECK_EQ_I64(r1.status, 0);
     CHECK_OK(kv_write_commit(store));
-    CHECK_EQ_U64(sm.bytes, 2002);
+    CHECK_EQ_U64(sm.bytes, 2010);
+    close_all();
+    /* Many tiny pairs: the quota bounds the snapshot too (quota + 4). */
+    open_all(3000);
+    struct cons_op tiny = {.client_id = 1, .type = CONS_OP_PUT, .key_len = 3};
+    CHECK_OK(kv_write_begin(store));
+    int stored = 0;
+    for (int i = 0; i < 1000; i++) {
+        tiny.key[0] = (uint8_t)('a' + i % 26);
+        tiny.key[1] = (uint8_t)('a' + i / 26 % 26);
+        tiny.key[2] = (uint8_t)('a' + i / 676);
+        CHECK_OK(b.ops->apply(b.impl, &tiny, &r1));
+        stored += r1.status == 0;
+    }
+    CHECK_EQ_I64(stored, 3000 / 7);
+    static uint8_t snap[8192];
+    size_t len;
+    CHECK_OK(b.ops->snapshot(b.impl, snap, sizeof snap, &len));
+    CHECK_MSG(len <= 3000 + 4, "a snapshot of %zu bytes under a quota of 3000", len);
+    CHECK_OK(kv_write_commit(store));
     close_all();
 }
 
