@@ -41,6 +41,31 @@ int fk_fabric_parse(const char *s)
 {
     return fk__lookup(s, fk__fabric_names, 3);
 }
+int fk_conf_parse_size(const char *s, uint64_t *bytes)
+{
+    static const struct {
+        const char *unit;
+        unsigned shift;
+    } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}};
+    if (s == NULL || *s < '0' || *s > '9')
+        return FK_EINVAL;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return FK_EINVAL;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+        if (strcmp(s, units[i].unit) == 0) {
+            if (v > (UINT64_MAX >> units[i].shift))
+                return FK_EINVAL;
+            *bytes = v << units[i].shift;
+            return 0;
+        }
+    }
+    return FK_EINVAL;
+}
+
 int fk_durability_parse(const char *s)
 {
     return fk__lookup(s, fk__dur_names, 2);
@@ -203,6 +228,13 @@ static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char 
         return fk__read_token_file(c, value);
     if (strcmp(name, "sequencers") == 0)
         return fk__parse_sequencers(c, value);
+    if (strcmp(name, "quota") == 0 || strcmp(name, "map_size") == 0) {
+        uint64_t b;
+        if (fk_conf_parse_size(value, &b) < 0 || b == 0)
+            return fk__fail(c, "%s must be a size such as 512MiB or 2GiB, not '%s'", name, value);
+        *(name[0] == 'q' ? &c->conf->quota : &c->conf->map_size) = b;
+        return 1;
+    }
     return fk__fail(c, "unknown key '%s' in [cluster]", name);
 }
 

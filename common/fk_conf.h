@@ -13,6 +13,11 @@
  *                                 ; (server/kv_store.h, the boot mark)
  *   token      = 3f9c...          ; shared secret, 16..127 printable chars
  *   ; token_file = /etc/flowkv/token   (instead of token; first line is used)
+ *   quota      = 1MiB             ; stored data limit, the same on every
+ *                                 ; replica (B, KiB, MiB, GiB; the server's
+ *                                 ; default and maximum: README, Limits)
+ *   map_size   = 1GiB             ; each replica's LMDB map (default 1 GiB;
+ *                                 ; flowkv-server --map-size overrides)
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
  *                                 ; sequencer, in failover order (default:
  *                                 ; every node, the last first, so that view
@@ -67,6 +72,8 @@ struct fk_cluster_conf {
     struct fk_node_conf nodes[FK_CONF_MAX_NODES]; /* indexed by id */
     uint32_t n_sequencers;
     uint32_t sequencers[FK_CONF_MAX_NODES];
+    uint64_t quota;            /* bytes; 0 = the server's default */
+    uint64_t map_size;         /* bytes; 0 = the server's default */
     char dir[FK_CONF_STR_MAX]; /* directory of the file, for relative paths */
 };
 
@@ -95,6 +102,11 @@ int fk_conf_split_address(const char *address, char *ip, size_t ipcap, uint16_t 
 const char *fk_protocol_name(enum fk_protocol p);
 const char *fk_fabric_name(enum fk_fabric_kind f);
 const char *fk_durability_name(enum fk_durability d);
+
+/* Parses a size: digits, then optionally B, KiB, MiB or GiB (1024-based).
+ * Returns 0 and *bytes, or FK_EINVAL (no digits, an unknown unit,
+ * overflow). */
+int fk_conf_parse_size(const char *s, uint64_t *bytes);
 
 /* Parses those names; returns the enum value or FK_EINVAL. */
 int fk_protocol_parse(const char *s);

@@ -524,7 +524,7 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
                  fk_strerror(rc));
         return rc;
     }
-    rc = kv_sm_init(&n->sm, n->store, SRV_QUOTA_BYTES);
+    rc = kv_sm_init(&n->sm, n->store, o->quota);
     if (rc == 0)
         rc = srv_disk_open(&n->disk, n->store, n->proto, kv_sm_cons(&n->sm));
     if (rc < 0) {

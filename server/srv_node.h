@@ -38,8 +38,9 @@
  * whole in one message (consensus/cons.h CONS_MSG_MAX), which bounds the
  * data a group can hold. */
 #define SRV_SNAPSHOT_MAX (1536u << 10) /* bytes of a state machine snapshot */
-#define SRV_QUOTA_BYTES  (1u << 20)    /* stored bytes, replicated quota (kv_sm.h) */
-_Static_assert(SRV_QUOTA_BYTES + 4 <= SRV_SNAPSHOT_MAX, "a snapshot of a full store fits");
+#define SRV_QUOTA_BYTES  (1u << 20)    /* stored bytes, replicated quota (kv_sm.h): default */
+#define SRV_QUOTA_MAX    (SRV_SNAPSHOT_MAX - 4) /* the most a cluster file may set */
+_Static_assert(SRV_QUOTA_BYTES <= SRV_QUOTA_MAX, "a snapshot of a full store fits");
 /* Client table rows (exactly-once sessions): 28 bytes each in a snapshot,
  * about 132 bytes of memory each (cons.h). A NOPaxos checkpoint (the
  * table, the snapshot) and a ring of entries must fit one message:

@@ -2,6 +2,7 @@
 #include "srv_opts.h"
 #include "cons.h" /* CONS_REPLICAS_MAX */
 #include "fk_error.h"
+#include "srv_node.h" /* SRV_QUOTA_BYTES, SRV_QUOTA_MAX */
 
 #include <errno.h>
 #include <getopt.h>
@@ -36,7 +37,8 @@ void srv_opts_usage(FILE *out, const char *prog)
             "  -D, --durability D     sync | async (overrides the file)\n"
             "  -l, --log-level L      error | warn | info | debug | trace (default info)\n"
             "  -m, --metrics ADDR     Prometheus endpoint host:port, or off\n"
-            "  -M, --map-size MIB     LMDB map size in MiB (default 1024)\n"
+            "  -M, --map-size MIB     LMDB map size in MiB (default: the cluster file's\n"
+            "                         map_size, else 1024)\n"
             "  -N, --new-cluster      first start of a brand-new cluster: an empty data\n"
             "                         directory is the truth (without it, an empty\n"
             "                         directory recovers its state from the others)\n"
@@ -201,10 +203,24 @@ int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t 
     if (f.map_size && (srv__parse_u64(f.map_size, 1 << 20, &mib) < 0 || mib < 1))
         return srv__bad(err, cap, FK_EINVAL, "--map-size", f.map_size,
                         "expected MiB between 1 and 1048576");
-    o->map_size = mib << 20;
     rc = fk_conf_load(f.config, &o->cluster, err, cap);
     if (rc < 0)
         return rc;
+    o->map_size = f.map_size || !o->cluster.map_size ? mib << 20 : o->cluster.map_size;
+    o->quota = o->cluster.quota ? o->cluster.quota : SRV_QUOTA_BYTES;
+    if (o->quota > SRV_QUOTA_MAX) {
+        snprintf(err, cap,
+                 "%s: quota %llu bytes: this version holds at most %u (a snapshot still travels "
+                 "whole in one message; README, Limits)",
+                 f.config, (unsigned long long)o->quota, (unsigned)SRV_QUOTA_MAX);
+        return FK_ECONFIG;
+    }
+    if (o->map_size < 4 * (uint64_t)SRV_QUOTA_MAX) {
+        snprintf(err, cap,
+                 "map size %llu bytes: at least %u are needed (the quota, snapshots, the log)",
+                 (unsigned long long)o->map_size, 4u * SRV_QUOTA_MAX);
+        return FK_ECONFIG;
+    }
     if (o->cluster.n_nodes > CONS_REPLICAS_MAX) {
         snprintf(err, cap, "%s: %u nodes: a replica group has at most %u replicas", f.config,
                  o->cluster.n_nodes, (unsigned)CONS_REPLICAS_MAX);

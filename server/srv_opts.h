@@ -11,7 +11,8 @@
  *     -D, --durability D       sync | async              (overrides [cluster])
  *     -l, --log-level L        error | warn | info | debug | trace
  *     -m, --metrics ADDR       host:port of the Prometheus endpoint, or "off"
- *     -M, --map-size MIB       LMDB map size in MiB (default 1024)
+ *     -M, --map-size MIB       LMDB map size in MiB (default: the cluster
+ *                              file's map_size, else 1024)
  *     -N, --new-cluster        first start of a new cluster (FRESH, not EMPTY)
  *     -h, --help / -V, --version
  *
@@ -36,7 +37,8 @@ struct srv_opts {
     struct fk_cluster_conf cluster; /* the file, with overrides applied */
     uint32_t id;                    /* this replica */
     enum fk_log_level log_level;
-    uint64_t map_size; /* bytes */
+    uint64_t map_size; /* bytes: --map-size, else the file's map_size, else 1 GiB */
+    uint64_t quota;    /* bytes: the file's quota, else SRV_QUOTA_BYTES */
     int new_cluster;   /* --new-cluster: an empty data directory starts FRESH */
     int show_help;     /* --help was given: print srv_opts_usage, exit 0 */
     int show_version;  /* --version was given */

@@ -17,6 +17,8 @@ static const char *good = "; a three-node cluster\n"
                           "durability = async\n"
                           "token = 0123456789abcdef0123\n"
                           "sequencers = 2, 1\n"
+                          "quota = 512KiB\n"
+                          "map_size = 2GiB\n"
                           "[node 0]\n"
                           "address = 127.0.0.1:7100\n"
                           "data_dir = data/0\n"
@@ -40,6 +42,8 @@ TEST(conf_parses_every_key)
     CHECK_EQ_U64(conf.n_sequencers, 2);
     CHECK_EQ_U64(conf.sequencers[0], 2);
     CHECK_EQ_U64(conf.sequencers[1], 1);
+    CHECK_EQ_U64(conf.quota, 512u << 10);
+    CHECK_EQ_U64(conf.map_size, 2ULL << 30);
     CHECK_EQ_STR(conf.nodes[0].ip, "127.0.0.1");
     CHECK_EQ_U64(conf.nodes[0].port, 7100);
     CHECK_EQ_STR(conf.nodes[0].host, "127.0.0.1");
@@ -64,6 +68,8 @@ TEST(conf_defaults)
     CHECK_EQ_U64(conf.n_sequencers, 1);
     CHECK_EQ_U64(conf.sequencers[0], 0);
     CHECK_EQ_STR(conf.nodes[0].metrics, "");
+    CHECK_EQ_U64(conf.quota, 0); /* the server's defaults */
+    CHECK_EQ_U64(conf.map_size, 0);
     /* Without the key, every node may run the sequencer, the last first:
      * view 0's leader (node 0) is the last resort. */
     CHECK_OK(fk_conf_parse("[cluster]\ntoken=aaaaaaaaaaaaaaaa\n[node 0]\naddress=h:1\n"
@@ -102,6 +108,28 @@ TEST(conf_rejects_bad_files_with_clear_errors)
     expect_bad(HEAD "[node 0]\njust some words\n", "bad.conf:4: syntax error");
     expect_bad("x=1\n", "outside any [section]");
     expect_bad(HEAD "[node 99]\naddress=h:1\n", "node id 99 is not below");
+    expect_bad(HEAD "quota=2TB\n[node 0]\naddress=h:1\n",
+               "quota must be a size such as 512MiB or 2GiB, not '2TB'");
+    expect_bad(HEAD "map_size=0\n[node 0]\naddress=h:1\n", "map_size must be a size");
+}
+
+TEST(conf_sizes)
+{
+    uint64_t b;
+    CHECK_OK(fk_conf_parse_size("17", &b));
+    CHECK_EQ_U64(b, 17);
+    CHECK_OK(fk_conf_parse_size("3B", &b));
+    CHECK_EQ_U64(b, 3);
+    CHECK_OK(fk_conf_parse_size("4KiB", &b));
+    CHECK_EQ_U64(b, 4096);
+    CHECK_OK(fk_conf_parse_size("2GiB", &b));
+    CHECK_EQ_U64(b, 2ULL << 30);
+    CHECK_ERR(fk_conf_parse_size("", &b), FK_EINVAL);
+    CHECK_ERR(fk_conf_parse_size("MiB", &b), FK_EINVAL);
+    CHECK_ERR(fk_conf_parse_size("1 MiB", &b), FK_EINVAL);
+    CHECK_ERR(fk_conf_parse_size("1mb", &b), FK_EINVAL);
+    CHECK_ERR(fk_conf_parse_size("99999999999999999999", &b), FK_EINVAL);
+    CHECK_ERR(fk_conf_parse_size("17179869184GiB", &b), FK_EINVAL); /* 2^34 GiB overflows */
 }
 
 TEST(conf_load_file_token_file_and_missing_file)

@@ -61,6 +61,7 @@ TEST(opts_file_values_and_overrides)
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "");
     CHECK_EQ_U64(o.map_size, 64ULL << 20);
+    CHECK_EQ_U64(o.quota, 1u << 20); /* the default */
     CHECK_EQ_I64(o.log_level, FK_LOG_DEBUG);
     CHECK_OK(parse("-c", path, "-i", "1", "-d", "/var/x", END));
     CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/var/x");
@@ -104,6 +105,28 @@ TEST(opts_errors_are_clear)
     setenv("FLOWKV_FABRIC", "rdma", 1);
     expect(parse("-c", path, "-i", "0", END), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
     unsetenv("FLOWKV_FABRIC");
+    /* A quota over what this version can hold, a map too small for it. */
+    FILE *q = fopen(path, "w");
+    CHECK(q != NULL);
+    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 2GiB\n"
+          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
+          q);
+    fclose(q);
+    expect(parse("-c", path, "-i", "0", END), FK_ECONFIG,
+           "quota 2147483648 bytes: this version holds at most 1572860");
+    /* The file's quota and map size, and --map-size over the file. */
+    q = fopen(path, "w");
+    CHECK(q != NULL);
+    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 512KiB\nmap_size = 64MiB\n"
+          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
+          q);
+    fclose(q);
+    CHECK_OK(parse("-c", path, "-i", "0", END));
+    CHECK_EQ_U64(o.quota, 512u << 10);
+    CHECK_EQ_U64(o.map_size, 64u << 20);
+    CHECK_OK(parse("-c", path, "-i", "0", "-M", "128", END));
+    CHECK_EQ_U64(o.map_size, 128u << 20);
+    expect(parse("-c", path, "-i", "0", "-M", "1", END), FK_ECONFIG, "map size 1048576 bytes");
     /* Nine nodes: a valid cluster file, but more replicas than a group has. */
     FILE *f = fopen(path, "w");
     CHECK(f != NULL);
