@@ -236,12 +236,67 @@ static double zeta_em(double n, double theta)
     return (double)s;
 }
 
-TEST(scrambled_zetan_is_zeta_of_1e10)
+TEST(scrambled_zetan_is_zeta_of_item_count)
 {
-    /* YCSB's ZETAN is zeta(10^10, 0.99), not zeta(ITEM_COUNT = 10^16). */
+    /* YCSB's ZETAN is zeta(ITEM_COUNT = 10^10, 0.99), not zeta(10^16). */
+    CHECK_EQ_I64(YCSB_SCRAMBLED_ITEM_COUNT, 10000000000LL);
     CHECK_MSG(fabs(zeta_em(1e10, 0.99) - YCSB_SCRAMBLED_ZETAN) < 1e-6, "zeta(1e10) = %.12f",
               zeta_em(1e10, 0.99));
     CHECK(fabs(zeta_em(1e16, 0.99) - YCSB_SCRAMBLED_ZETAN) > 10);
+}
+
+/* The twenty hottest keys of a scrambled zipfian over 1,000 keys, against
+ * the probabilities of YCSB's Java algorithm (ScrambledZipfianGenerator over
+ * ZipfianGenerator(0, ITEM_COUNT, 0.99, ZETAN): items 0 and 1 exactly,
+ * items >= 2 by Gray's intervals, each item hashed to key fnvhash64(item) %
+ * 1000). Items up to SZ_HEAD are summed exactly; the rest (about 40% of the
+ * mass, spread over 10^10 items) are taken as uniform over the keys. With
+ * ITEM_COUNT = 10^16 the third hottest key and those after it came out at
+ * about 0.6 of these probabilities. */
+#define SZ_KEYS    1000
+#define SZ_HEAD    1000000L
+#define SZ_SAMPLES 2000000L
+
+TEST(scrambled_hottest_keys_match_the_java_algorithm)
+{
+    static double p[SZ_KEYS];
+    static long count[SZ_KEYS];
+    const long n = 10000000000L + 1; /* Java's ITEM_COUNT; ZipfianGenerator(0, ITEM_COUNT) */
+    double z = YCSB_SCRAMBLED_ZETAN, head = 0;
+    for (long i = 0; i < SZ_HEAD; i++) {
+        double pi = i == 0   ? 1 / z
+                    : i == 1 ? pow(0.5, YCSB_ZIPFIAN_CONSTANT) / z
+                             : gray_prob(i, n, YCSB_ZIPFIAN_CONSTANT, z);
+        p[ycsb_fnvhash64(i) % SZ_KEYS] += pi;
+        head += pi;
+    }
+    CHECK(head > 0.5 && head < 0.7);
+    for (int k = 0; k < SZ_KEYS; k++)
+        p[k] += (1 - head) / SZ_KEYS;
+    struct ycsb_scrambled s;
+    struct ycsb_rng rng;
+    ycsb_scrambled_init(&s, 0, SZ_KEYS - 1);
+    ycsb_rng_seed(&rng, 11);
+    for (long i = 0; i < SZ_SAMPLES; i++)
+        count[ycsb_scrambled_next(&s, &rng)]++;
+    /* The twenty keys the algorithm makes hottest, hottest first. */
+    int order[SZ_KEYS];
+    for (int k = 0; k < SZ_KEYS; k++)
+        order[k] = k;
+    for (int a = 0; a < 20; a++) {
+        for (int b = a + 1; b < SZ_KEYS; b++) {
+            if (p[order[b]] > p[order[a]]) {
+                int t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+        }
+        int k = order[a];
+        double f = (double)count[k] / SZ_SAMPLES;
+        /* Sampling error, and 2% for the uniform tail's approximation. */
+        CHECK_MSG(fabs(f - p[k]) <= 5 * sqrt(p[k] / SZ_SAMPLES) + 0.02 * p[k],
+                  "rank %d (key %d): frequency %.5f, Java's algorithm %.5f", a + 1, k, f, p[k]);
+    }
 }
 
 TEST(scrambled_zipfian_range_and_skew)
