@@ -765,11 +765,9 @@ int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *en
         if (rc < 0)
             return rc;
         size_t off = 0, kl = 0, vl;
-        const uint8_t *k, *v;
+        const uint8_t *k = NULL, *v;
         while (got < count && (rc = next_pair(d.data, d.len, &off, &k, &kl, &v, &vl)) == 1) {
             got++;
-            memcpy(next, k, kl);
-            op.klen = kl;
             rc = fn(arg, k, kl, v, vl);
             if (rc != 0)
                 return rc < 0 ? rc : (int)got;
@@ -777,8 +775,10 @@ int flowkv_scan_range(flowkv *kv, const void *start, size_t slen, const void *en
         if (rc < 0)
             return rc;
         if (off == 0)
-            break; /* an empty page: the range is done */
+            break;           /* an empty page: the range is done */
+        memcpy(next, k, kl); /* the page's last key: the next page starts after it */
         op.key = next;
+        op.klen = kl;
         op.flags = FLOWKV_SCAN_AFTER;
     }
     return (int)got;

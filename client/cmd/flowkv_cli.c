@@ -50,11 +50,10 @@ static int exit_for(int rc)
     return EXIT_ERROR;
 }
 
-static flowkv *cli_kv; /* for the replicas' error detail */
-
-static int fail(const char *what, int rc)
+/* One line on stderr: what failed, why, and the replicas' detail if any. */
+static int fail(const flowkv *kv, const char *what, int rc)
 {
-    const char *detail = flowkv_error_detail(cli_kv);
+    const char *detail = flowkv_error_detail(kv);
     if (*detail)
         fprintf(stderr, "flowkv: %s: %s (%s)\n", what, fk_strerror(rc), detail);
     else
@@ -122,7 +121,7 @@ static int cmd_scan(flowkv *kv, int argc, char **argv)
     }
     int rc = flowkv_scan_range(kv, start, strlen(start), stop, strlen(stop), (uint32_t)count,
                                print_pair, NULL);
-    return rc < 0 ? fail("scan", rc) : EXIT_OK;
+    return rc < 0 ? fail(kv, "scan", rc) : EXIT_OK;
 }
 
 static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t timeout_ns)
@@ -137,7 +136,7 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
     if (strcmp(cmd, "get") == 0 && argc == 1) {
         rc = flowkv_get(kv, argv[0], strlen(argv[0]), val, sizeof(val), &vlen);
         if (rc < 0)
-            return fail("get", rc);
+            return fail(kv, "get", rc);
         fwrite(val, 1, vlen, stdout);
         if (vlen == 0 || val[vlen - 1] != '\n')
             putchar('\n');
@@ -148,22 +147,22 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
         if (strcmp(v, "-") == 0) {
             rc = read_stdin(val, &vlen);
             if (rc < 0)
-                return fail("reading the value from stdin", rc);
+                return fail(kv, "reading the value from stdin", rc);
             v = val;
         } else {
             vlen = strlen(v);
         }
         rc = flowkv_put(kv, argv[0], strlen(argv[0]), v, vlen);
-        return rc < 0 ? fail("put", rc) : EXIT_OK;
+        return rc < 0 ? fail(kv, "put", rc) : EXIT_OK;
     }
     if (strcmp(cmd, "del") == 0 && argc == 1) {
         rc = flowkv_del(kv, argv[0], strlen(argv[0]));
-        return rc < 0 ? fail("del", rc) : EXIT_OK;
+        return rc < 0 ? fail(kv, "del", rc) : EXIT_OK;
     }
     if (strcmp(cmd, "cas") == 0 && argc == 3) {
         rc = flowkv_cas(kv, argv[0], strlen(argv[0]), argv[1], strlen(argv[1]), argv[2],
                         strlen(argv[2]));
-        return rc < 0 ? fail("cas", rc) : EXIT_OK;
+        return rc < 0 ? fail(kv, "cas", rc) : EXIT_OK;
     }
     usage(stderr);
     return EXIT_USAGE;
@@ -215,7 +214,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "flowkv: %s\n", err);
         return rc == FK_ECONFIG || rc < -4096 ? exit_for(rc) : EXIT_ERROR;
     }
-    cli_kv = kv;
     rc = run(kv, argv[optind], argc - optind - 1, argv + optind + 1, o.timeout_ns);
     flowkv_close(kv);
     return rc;

@@ -30,6 +30,16 @@ static struct cons_op get_op(uint64_t client, uint64_t req)
     return op;
 }
 
+/* A PUT of a two-byte value to the same key. */
+static struct cons_op put_op(uint64_t client, uint64_t req, const char *val)
+{
+    struct cons_op op = get_op(client, req);
+    op.type = CONS_OP_PUT;
+    op.val_len = 2;
+    memcpy(op.val, val, 2);
+    return op;
+}
+
 static int apply(struct cons_sm *sm, struct cons_ctab *t, uint64_t client, uint64_t req)
 {
     struct cons_op op = get_op(client, req);
@@ -243,10 +253,7 @@ TEST(logged_read_is_read_again_on_retry)
     static uint8_t snap[4 * (CONS_REPLY_MAX + 64)];
     CHECK_OK(cons_ctab_init(&t, 4));
     CHECK_OK(cons_ctab_init(&u, 4));
-    struct cons_op put = get_op(1, 1);
-    put.type = CONS_OP_PUT;
-    put.val_len = 2;
-    memcpy(put.val, "v1", 2);
+    struct cons_op put = put_op(1, 1, "v1");
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
     struct cons_op get = get_op(7, 1);
     CHECK_EQ_I64(cons_log_read(&t, &get), 0);
@@ -295,10 +302,7 @@ TEST(reads_keep_no_result_writes_keep_their_outcome)
     struct cons_sm sm = kv_mem_sm(kv);
     static struct cons_ctab t;
     CHECK_OK(cons_ctab_init(&t, 4));
-    struct cons_op put = get_op(1, 1);
-    put.type = CONS_OP_PUT;
-    put.val_len = 2;
-    memcpy(put.val, "v1", 2);
+    struct cons_op put = put_op(1, 1, "v1");
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
     struct cons_op get = get_op(7, 1);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &get, &rep), 0);
