@@ -126,17 +126,104 @@ static inline void cons_reply_copy(struct cons_reply *dst, const struct cons_rep
 
 /* ---- the state machine the cores apply to ------------------------------
  * Deterministic: the same operations in the same order give the same
- * replies and the same state on every replica. */
+ * replies and the same state on every replica.
+ *
+ * The machine holds the whole replicated state (DESIGN.md, "Storage and
+ * state transfer"): the key-value pairs, the client table's rows (kept
+ * through `session` by cons_apply_once and cons_log_read) and a mark, the
+ * log index every applied entry is at or below and the client table's
+ * clock, set by the core after each entry it applies (`mark`). flowkv-
+ * server's machine (kv_sm.h) writes all of it in the write transaction of
+ * the batch whose entries it applies, so what is on disk is always the
+ * state at its mark: a checkpoint is that mark, never a copy, and a
+ * restart reads the mark and the rows back (`load`) and replays only the
+ * log after it.
+ *
+ * State transfer reads and installs the state as a stream of records
+ * (below), in chunks of a size the core picks, so neither side holds more
+ * than a chunk whatever the data size. The sender reads a consistent view
+ * taken at snap_open (flowkv-server: an LMDB read transaction; the machine
+ * keeps applying meanwhile, MVCC) from an opaque cursor, so the chunk that
+ * starts at a cursor can be read again (a lost chunk). The receiver stages
+ * chunks beside its live state and switches at install_commit, atomically:
+ * a receiver that crashes, or aborts, before the commit keeps its old
+ * state whole and never serves a half-installed one. */
+
+/* The stream: records, each a u8 tag and its fields (little-endian):
+ *   HEAD    u64 applied, u64 clock                        the first record
+ *   SESSION u64 client id, u64 req_no, u64 stamp, i32 status   in client id order
+ *   PAIR    u16 klen, key, u32 vlen, value                in key order (kv_key_cmp)
+ *   END     u64 sessions, u64 pairs                       the last record
+ * The counts in END let the receiver refuse a stream that lost records.
+ * Chunks split the stream only between records; a chunk holds at least
+ * one record. */
+enum cons_snap_tag {
+    CONS_SNAP_HEAD = 1,
+    CONS_SNAP_SESSION = 2,
+    CONS_SNAP_PAIR = 3,
+    CONS_SNAP_END = 4,
+};
+
+/* A client table row as the state machine keeps it. req_no 0 in a call to
+ * `session` deletes the client's row (an eviction). */
+struct cons_session {
+    uint64_t client_id, req_no, stamp;
+    int32_t status;
+};
+
+#define CONS_SNAP_CURSOR_MAX 528 /* bytes of a stream cursor: a phase and a key */
+#define CONS_SNAP_OPEN_MAX   8   /* views one machine keeps open at once (slots 0..7) */
+/* The largest record: a pair of the largest key and value. A chunk must
+ * have room for it. */
+#define CONS_SNAP_RECORD_MAX (1 + 2 + CONS_KEY_MAX + 4 + CONS_VAL_MAX)
+_Static_assert(CONS_SNAP_CURSOR_MAX >= 1 + 2 + CONS_KEY_MAX, "a cursor holds a key");
+_Static_assert(CONS_SNAP_OPEN_MAX > CONS_REPLICAS_MAX, "a view per peer and one for the core");
+
+typedef int (*cons_session_fn)(void *arg, const struct cons_session *s);
+
 struct cons_sm_ops {
     /* Applies op (never NOOP) and fills reply->status, len, data. Returns 0,
      * or a negative code for a failure that must stop the replica (storage
      * broken); a rejected operation is a reply status, not an error. */
     int (*apply)(void *impl, const struct cons_op *op, struct cons_reply *reply);
-    /* Serialises the whole state into buf[0..cap); sets *len. FK_ETOOBIG when
-     * cap is too small. */
+    /* Sets a client table row (s->req_no > 0) or deletes it (0). */
+    int (*session)(void *impl, const struct cons_session *s);
+    /* Sets the mark: every entry <= applied is in the state; clock is the
+     * client table's (cons_ctab.ops). */
+    int (*mark)(void *impl, uint64_t applied, uint64_t clock);
+    /* Reads the mark (0, 0 for an empty machine) and visits every row, in
+     * client id order; a nonzero return of fn stops and is returned. */
+    int (*load)(void *impl, uint64_t *applied, uint64_t *clock, cons_session_fn fn, void *arg);
+
+    /* Sender. Opens view `slot` (0..CONS_SNAP_OPEN_MAX-1; an open one is
+     * closed first) on the state as it is now; *applied = its mark. */
+    int (*snap_open)(void *impl, uint32_t slot, uint64_t *applied);
+    /* Reads the records of view slot that follow cursor (cursor_len 0: the
+     * stream's start) into buf[0..cap) (cap >= CONS_SNAP_RECORD_MAX), as
+     * many as fit; sets *len and replaces cursor (CONS_SNAP_CURSOR_MAX
+     * bytes) with the position after them. Returns 1 when the chunk ends
+     * the stream (END is in it), 0 when more follows, FK_EINVAL for a slot
+     * not open or a bad cursor, storage errors as apply. */
+    int (*snap_read)(void *impl, uint32_t slot, uint8_t *cursor, size_t *cursor_len, uint8_t *buf,
+                     size_t cap, size_t *len);
+    void (*snap_close)(void *impl, uint32_t slot); /* no-op when not open */
+
+    /* Receiver. begin discards any staged stream and starts a new one;
+     * chunk adds the next chunk's records; commit checks the stream is
+     * whole (HEAD first, END's counts, keys and clients increasing) and
+     * replaces the live state (pairs, rows, mark) with it in one step;
+     * abort discards the staging. Errors: FK_EMALFORMED (a bad record,
+     * out of order, or commit before END: the staging is discarded and
+     * the live state untouched), FK_EFULL (more than the machine holds),
+     * FK_EINVAL (chunk or commit without begin), storage errors. */
+    int (*install_begin)(void *impl);
+    int (*install_chunk)(void *impl, const uint8_t *buf, size_t len);
+    int (*install_commit)(void *impl);
+    void (*install_abort)(void *impl);
+
+    /* TRANSITIONAL (removed once both cores use the stream): the whole
+     * pairs as one buffer, u32 count then u16 klen, key, u16 vlen, value. */
     int (*snapshot)(void *impl, uint8_t *buf, size_t cap, size_t *len);
-    /* Replaces the whole state with a snapshot. FK_EMALFORMED on bad bytes
-     * (state unchanged), FK_EFULL when it does not fit the capacity. */
     int (*install)(void *impl, const uint8_t *buf, size_t len);
 };
 
