@@ -158,10 +158,12 @@ static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t use
 {
     uint32_t i = ctab_slot(t->keys, t->slots, client_id);
     *evicted = 0;
+    t->last_evicted = 0;
     if (t->keys[i].client_id == 0) {
         if (t->used >= t->cap) {
             /* The least recently used row: the list's head, an order that
              * depends only on the table's contents, never on slots. */
+            t->last_evicted = t->keys[t->head].client_id;
             ctab_remove(t, t->head);
             t->used--;
             t->evicted++;
@@ -324,6 +326,24 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
     return op->req_no > 1 ? CTAB_EXPIRED : CTAB_NEW;
 }
 
+/* The machine keeps the table's rows (cons.h): after a put, client_id's
+ * row and, if one went, the evicted client's deletion. */
+static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t client_id)
+{
+    uint32_t i = ctab_slot(t->keys, t->slots, client_id);
+    assert(t->keys[i].client_id == client_id);
+    struct cons_session s = {.client_id = client_id,
+                             .req_no = t->rows[i].req_no,
+                             .stamp = t->keys[i].used,
+                             .status = t->rows[i].status};
+    int rc = sm->ops->session(sm->impl, &s);
+    if (rc == 0 && t->last_evicted != 0) {
+        struct cons_session gone = {.client_id = t->last_evicted};
+        rc = sm->ops->session(sm->impl, &gone);
+    }
+    return rc;
+}
+
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply)
 {
@@ -361,10 +381,11 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     assert(reply->len <= CONS_REPLY_MAX && (cons_op_reads(op) || reply->status < 0 || !reply->len));
     cons_ctab_put(t, op->client_id, op->req_no, cons_op_reads(op) ? FK_EUNKEPT : reply->status,
                   ++t->ops);
-    return 0;
+    rc = ctab_write_through(sm, t, op->client_id);
+    return rc < 0 ? rc : 0;
 }
 
-int cons_log_read(struct cons_ctab *t, const struct cons_op *op)
+int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op)
 {
     assert(cons_op_reads(op) && op->client_id != 0);
     struct cons_ctab_row *row;
@@ -375,7 +396,107 @@ int cons_log_read(struct cons_ctab *t, const struct cons_op *op)
     uint32_t i = ctab_claim(t, op->client_id, ++t->ops, &evicted);
     t->rows[i].req_no = op->req_no;
     t->rows[i].status = FK_EUNKEPT;
+    int rc = ctab_write_through(sm, t, op->client_id);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the machine's copy of the table, and its whole stream ------------ */
+
+struct sm_load_ctx {
+    struct cons_ctab *t;
+    uint64_t max_stamp;
+};
+
+static int sm_load_row(void *arg, const struct cons_session *s)
+{
+    struct sm_load_ctx *c = arg;
+    struct cons_ctab *t = c->t;
+    if (s->client_id == 0 || s->req_no == 0 || s->status > 0)
+        return FK_EMALFORMED;
+    if (t->used >= t->cap)
+        return FK_EFULL;
+    uint32_t i = ctab_slot(t->keys, t->slots, s->client_id);
+    if (t->keys[i].client_id != 0)
+        return FK_EMALFORMED; /* a duplicate client */
+    t->keys[i].client_id = s->client_id;
+    t->keys[i].used = s->stamp;
+    t->rows[i].client_id = s->client_id;
+    t->rows[i].req_no = s->req_no;
+    t->rows[i].status = s->status;
+    t->order[t->used++] = i;
+    if (s->stamp > c->max_stamp)
+        c->max_stamp = s->stamp;
     return 0;
+}
+
+static void ctab_empty(struct cons_ctab *t)
+{
+    memset(t->keys, 0, (size_t)t->slots * sizeof *t->keys);
+    memset(t->rows, 0, (size_t)t->slots * sizeof *t->rows);
+    t->used = 0;
+    t->ops = 0;
+    t->head = t->tail = CONS_CTAB_NIL;
+}
+
+int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied)
+{
+    struct sm_load_ctx c = {.t = t, .max_stamp = 0};
+    uint64_t clock = 0;
+    ctab_empty(t);
+    int rc = sm->ops->load(sm->impl, applied, &clock, sm_load_row, &c);
+    if (rc == 0 && c.max_stamp > clock)
+        rc = FK_EMALFORMED; /* a stamp from the future */
+    if (rc != 0) {
+        ctab_empty(t);
+        return rc < 0 ? rc : FK_EMALFORMED;
+    }
+    /* The recency list, in (stamp, client id) order, as cons_ctab_load. */
+    qsort_r(t->order, t->used, sizeof *t->order, ctab_order_cmp, t);
+    for (uint32_t k = 0; k < t->used; k++) {
+        struct cons_ctab_row *row = &t->rows[t->order[k]];
+        row->prev = t->tail;
+        row->next = CONS_CTAB_NIL;
+        if (t->tail != CONS_CTAB_NIL)
+            t->rows[t->tail].next = t->order[k];
+        else
+            t->head = t->order[k];
+        t->tail = t->order[k];
+    }
+    t->ops = clock;
+    return 0;
+}
+
+int cons_sm_save(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len)
+{
+    uint8_t cursor[CONS_SNAP_CURSOR_MAX];
+    size_t clen = 0, got;
+    uint64_t applied;
+    int rc = sm->ops->snap_open(sm->impl, CONS_SM_SAVE_SLOT, &applied);
+    *len = 0;
+    while (rc == 0) {
+        if (cap - *len < CONS_SNAP_RECORD_MAX) {
+            rc = FK_ETOOBIG;
+            break;
+        }
+        rc = sm->ops->snap_read(sm->impl, CONS_SM_SAVE_SLOT, cursor, &clen, buf + *len, cap - *len,
+                                cap - *len, &got);
+        if (rc >= 0)
+            *len += got;
+    }
+    sm->ops->snap_close(sm->impl, CONS_SM_SAVE_SLOT);
+    return rc < 0 ? rc : 0;
+}
+
+int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len)
+{
+    int rc = sm->ops->install_begin(sm->impl);
+    if (rc == 0)
+        rc = sm->ops->install_chunk(sm->impl, buf, len);
+    if (rc == 0)
+        rc = sm->ops->install_commit(sm->impl);
+    if (rc < 0)
+        sm->ops->install_abort(sm->impl);
+    return rc;
 }
 
 void cons_outbox_reset(struct cons_outbox *ob)

@@ -199,13 +199,16 @@ struct cons_sm_ops {
      * closed first) on the state as it is now; *applied = its mark. */
     int (*snap_open)(void *impl, uint32_t slot, uint64_t *applied);
     /* Reads the records of view slot that follow cursor (cursor_len 0: the
-     * stream's start) into buf[0..cap) (cap >= CONS_SNAP_RECORD_MAX), as
-     * many as fit; sets *len and replaces cursor (CONS_SNAP_CURSOR_MAX
-     * bytes) with the position after them. Returns 1 when the chunk ends
-     * the stream (END is in it), 0 when more follows, FK_EINVAL for a slot
-     * not open or a bad cursor, storage errors as apply. */
+     * stream's start) into buf[0..cap): at least one, then more while the
+     * chunk is under `want` bytes and the next record fits cap (cap >=
+     * CONS_SNAP_RECORD_MAX; the simulator wants a few dozen bytes, so its
+     * small states still travel in many chunks). Sets *len and replaces
+     * cursor (CONS_SNAP_CURSOR_MAX bytes) with the position after them.
+     * Returns 1 when the chunk ends the stream (END is in it), 0 when more
+     * follows, FK_EINVAL for a slot not open or a bad cursor, storage
+     * errors as apply. */
     int (*snap_read)(void *impl, uint32_t slot, uint8_t *cursor, size_t *cursor_len, uint8_t *buf,
-                     size_t cap, size_t *len);
+                     size_t cap, size_t want, size_t *len);
     void (*snap_close)(void *impl, uint32_t slot); /* no-op when not open */
 
     /* Receiver. begin discards any staged stream and starts a new one;
@@ -363,8 +366,9 @@ struct cons_ctab_key {
 
 struct cons_ctab {
     uint32_t slots, used, cap;
-    uint64_t ops;     /* client operations applied: the clock of the stamps (replicated) */
-    uint64_t evicted; /* rows evicted by this replica (a local statistic, not saved) */
+    uint64_t ops;          /* client operations applied: the clock of the stamps (replicated) */
+    uint64_t evicted;      /* rows evicted by this replica (a local statistic, not saved) */
+    uint64_t last_evicted; /* the client whose row the last put evicted (0: none) */
     struct cons_ctab_key *keys;
     struct cons_ctab_key *scratch; /* load builds the new key array here first */
     struct cons_ctab_row *rows;
@@ -427,7 +431,25 @@ static inline int cons_op_reads(const struct cons_op *op)
  * FK_EUNKEPT; a retry of that read is read again (cons_apply_once). Same
  * return values as cons_apply_once, without a reply. op must read
  * (cons_op_reads). */
-int cons_log_read(struct cons_ctab *t, const struct cons_op *op);
+int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op);
+
+/* Replaces t with the rows the machine keeps (cons_sm_ops.load) and sets
+ * *applied to its mark: a restart, or the end of an install. FK_EFULL over
+ * t's capacity, FK_EMALFORMED for a bad row (an id of 0, a duplicate, a
+ * stamp above the clock); after an error t is empty. */
+int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied);
+
+/* The whole stream of the machine's state in one buffer (view slot
+ * CONS_SNAP_OPEN_MAX - 1), and its install: for a core that still moves
+ * the state as one message (NOPaxos, until it streams). FK_ETOOBIG when
+ * cap cannot hold it. */
+#define CONS_SM_SAVE_SLOT (CONS_SNAP_OPEN_MAX - 1)
+int cons_sm_save(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
+int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len);
+/* Bytes of a stream holding `sessions` rows and pairs of `pair_bytes` key
+ * and value bytes in all, `pairs` of them. */
+#define CONS_SNAP_BYTES(sessions, pairs, pair_bytes)                                               \
+    (34 + (size_t)(sessions)*29 + (size_t)(pairs)*7 + (size_t)(pair_bytes))
 
 /* ---- outbox helpers for the cores --------------------------------------- */
 /* Resets the outbox for a new step. */

@@ -27,20 +27,22 @@ _Static_assert(CONS_ROLE_FOLLOWER == (int)MPX_FOLLOWER &&
 
 static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm sm, int *err)
 {
-    struct mpx_config c = {.n = cfg->n,
-                           .id = cfg->id,
-                           .log_cap = cfg->log_cap,
-                           .window = cfg->window,
-                           .batch_max = cfg->batch_max,
-                           .pending_max = cfg->pending_max,
-                           .clients_max = cfg->clients_max,
-                           .snapshot_max = cfg->snapshot_max,
-                           .arena_bytes = cfg->arena_bytes,
-                           .tick_ns = cfg->tick_ns,
-                           .heartbeat_ns = cfg->heartbeat_ns,
-                           .election_ns = cfg->election_ns,
-                           .seed = cfg->seed,
-                           .bugs = cfg->bugs};
+    struct mpx_config c = {
+        .n = cfg->n,
+        .id = cfg->id,
+        .log_cap = cfg->log_cap,
+        .window = cfg->window,
+        .batch_max = cfg->batch_max,
+        .pending_max = cfg->pending_max,
+        .clients_max = cfg->clients_max,
+        .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
+        .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
+        .arena_bytes = cfg->arena_bytes,
+        .tick_ns = cfg->tick_ns,
+        .heartbeat_ns = cfg->heartbeat_ns,
+        .election_ns = cfg->election_ns,
+        .seed = cfg->seed,
+        .bugs = cfg->bugs};
     return mpx_create(&c, sm, err);
 }
 
@@ -86,7 +88,8 @@ static void mpx_core_status(const void *core, struct cons_core_status *st)
                                     .commit = ms.commit,
                                     .applied = ms.applied,
                                     .last = ms.last,
-                                    .dropped = ms.dropped};
+                                    .dropped = ms.dropped,
+                                    .xfer = ms.xfer};
 }
 
 static int mpx_core_describe(const void *core, char *buf, size_t cap)
@@ -113,6 +116,7 @@ static void mpx_core_invariants(const void *core)
 const struct cons_core_ops mpx_core_ops = {
     .proto = CONS_PROTO_MPX,
     .name = "multipaxos",
+    .sm_durable = 1,
     .create = mpx_core_create,
     .destroy = mpx_core_destroy,
     .restore_meta = mpx_core_meta,
@@ -213,6 +217,7 @@ static void nop_core_invariants(const void *core)
 const struct cons_core_ops nop_core_ops = {
     .proto = CONS_PROTO_NOP,
     .name = "nopaxos",
+    .sm_durable = 0,
     .create = nop_core_create,
     .destroy = nop_core_destroy,
     .restore_meta = nop_core_meta,

@@ -17,6 +17,7 @@
 
 #include "cons.h"
 #include "cons_wire.h" /* enum cons_proto */
+#include "cons_xfer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -43,11 +44,13 @@ enum cons_start_mode {
 /* What both cores need to be created. Fields one protocol does not use are
  * ignored by it (marked); 0 in those means the core's own default. */
 struct cons_core_config {
-    uint32_t n, id;        /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
-    uint32_t log_cap;      /* in-memory log entries (mpx.h, nop.h: their ranges) */
-    uint32_t clients_max;  /* client table rows, 1..CONS_CLIENTS_MAX */
-    size_t snapshot_max;   /* bytes of a state machine snapshot */
-    size_t arena_bytes;    /* outbox arena */
+    uint32_t n, id;       /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
+    uint32_t log_cap;     /* in-memory log entries (mpx.h, nop.h: their ranges) */
+    uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
+    size_t snapshot_max;  /* NOPaxos: bytes of a state machine snapshot (one message) */
+    uint32_t xfer_chunk;  /* Multi-Paxos: state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
+    uint32_t xfer_window; /* Multi-Paxos: chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
+    size_t arena_bytes;   /* outbox arena */
     uint64_t heartbeat_ns; /* leader heartbeat, retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long acts */
     uint64_t seed;         /* jitter and recovery nonce; fresh per incarnation */
@@ -58,6 +61,11 @@ struct cons_core_config {
     /* NOPaxos only: 1 = durable mode (nop.h, "Persistence") */
     uint32_t durable;
 };
+
+/* State transfer defaults: 256 KiB chunks, four in flight (1 MiB a
+ * receiver, per DESIGN.md a few hundred KiB a chunk). */
+#define CONS_XFER_CHUNK_DEFAULT  (256u << 10)
+#define CONS_XFER_WINDOW_DEFAULT 4
 
 /* A core's state in protocol-neutral terms. */
 struct cons_core_status {
@@ -70,11 +78,17 @@ struct cons_core_status {
     uint64_t dropped;  /* outbox messages dropped (full arena, held ring) */
     uint64_t syncs[3]; /* NOPaxos leader: syncs sent by kind (nop.h); else 0 */
     uint64_t stalls;   /* NOPaxos leader: times it stopped taking requests; else 0 */
+    struct cons_xfer_stats xfer; /* state transfers (cons_xfer.h); zero where unused */
 };
 
 struct cons_core_ops {
     enum cons_proto proto;
     const char *name; /* "multipaxos", "nopaxos" */
+    /* 1: the core keeps its state in the state machine (cons.h: pairs,
+     * rows and mark), so a restart hands it the machine as the disk holds
+     * it; 0: it rebuilds the machine from its own records and wants it
+     * empty at create (NOPaxos, until it streams too). */
+    int sm_durable;
     /* Creates a replica applying to sm (borrowed for its lifetime); NULL
      * with *err = FK_EINVAL (bad config) or FK_ENOMEM. */
     void *(*create)(const struct cons_core_config *cfg, struct cons_sm sm, int *err);

@@ -12,8 +12,11 @@
  * simulator's small key sets; the server uses LMDB). A PUT of a new key
  * when full replies FK_EFULL and changes nothing.
  *
- * Snapshot layout: u32 count, then per key u16 klen, key, u16 vlen, value,
- * in key order.
+ * It keeps the whole replicated state as cons.h's contract says: pairs,
+ * the client table's rows (a sorted array that grows) and the mark. A
+ * view (snap_open) is a copy of that state, and an install stages into a
+ * second state switched in at commit, so the simulator exercises the
+ * stream contract with chunks as small as its caller wants.
  *
  * Thread safety: one thread per handle.
  */
@@ -32,6 +35,9 @@ struct kv_mem *kv_mem_create(uint32_t max_keys);
 void kv_mem_destroy(struct kv_mem *kv);
 /* The state machine view of kv; valid until kv_mem_destroy. */
 struct cons_sm kv_mem_sm(struct kv_mem *kv);
+/* Bumped by every change of the live state (pairs, rows, mark, an
+ * install): the simulator's disk keeps an image only when it moved. */
+uint64_t kv_mem_version(const struct kv_mem *kv);
 /* Number of keys stored. */
 uint32_t kv_mem_count(const struct kv_mem *kv);
 /* Bytes a snapshot of a full store needs, for sizing buffers. */

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #define MPX_META_MAGIC 0x4d58504du /* "MPXM" */
-#define MPX_SNAP_MAGIC 0x5358504du /* "MPXS" */
+#define MPX_TRIM_MAGIC 0x5458504du /* "MPXT" */
 
 uint64_t mpx__rand(struct mpx *r)
 {
@@ -29,7 +29,9 @@ static int config_ok(const struct mpx_config *c)
            (c->log_cap & (c->log_cap - 1)) == 0 && c->window >= 1 && c->window <= c->log_cap / 4 &&
            c->batch_max >= 1 && c->batch_max <= CONS_BATCH_MAX && c->pending_max >= 1 &&
            c->pending_max <= 65536 && c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX &&
-           c->snapshot_max >= 8 && c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns &&
+           c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns && c->xfer_chunk >= 1 &&
+           c->xfer_chunk <= (1u << 20) && c->xfer_window >= 1 &&
+           c->xfer_window <= CONS_XFER_WINDOW_MAX &&
            /* A promise carries up to log_cap whole batches in one message. */
            (uint64_t)c->log_cap * c->batch_max * CONS_WIRE_OP_MAX + 4096 <= CONS_MSG_MAX;
 }
@@ -39,10 +41,10 @@ static int config_ok(const struct mpx_config *c)
  *   op pool      log_cap * batch_max * sizeof(struct cons_op)  (2,136 B each)
  *   pending      pending_max * sizeof(struct cons_op)
  *   client table 2 * clients_max slots of 56 B (cons.h)
- *   snapshot     16 + 4 + CONS_CTAB_SAVE_MAX(clients_max) + snapshot_max
- *   recovery     the same again (the best snapshot heard while recovering)
- *   outbox arena max(arena_bytes, 2 * snapshot + 64 KiB)
- * e.g. log_cap 32, batch 4, 16 clients, 64 KiB snapshots: ~0.9 MiB. */
+ *   transfer     struct cons_xfer: a view's cursors per peer, ~60 KiB
+ *   outbox arena max(arena_bytes, xfer_window chunks + 64 KiB)
+ * The state itself is the state machine's (cons.h): nothing here grows
+ * with the data. e.g. log_cap 32, batch 4, 16 clients: ~0.4 MiB. */
 static int alloc_all(struct mpx *r)
 {
     const struct mpx_config *c = &r->cfg;
@@ -50,20 +52,45 @@ static int alloc_all(struct mpx *r)
     r->op_pool = calloc((size_t)c->log_cap * c->batch_max, sizeof *r->op_pool);
     r->pending = calloc(c->pending_max, sizeof *r->pending);
     r->scratch_batch = calloc(c->batch_max, sizeof *r->scratch_batch);
-    r->snap_cap = 16 + 4 + CONS_CTAB_SAVE_MAX(c->clients_max) + c->snapshot_max;
-    r->snap_buf = malloc(r->snap_cap);
-    r->rec_snap = malloc(r->snap_cap);
+    /* A step may send a window of chunks (cons_xfer), each up to its
+     * target plus one record and a header. */
     size_t arena = c->arena_bytes;
-    if (arena < 2 * r->snap_cap + (64u << 10))
-        arena = 2 * r->snap_cap + (64u << 10);
+    size_t xfer = (size_t)c->xfer_window * (c->xfer_chunk + CONS_SNAP_RECORD_MAX + 64);
+    if (arena < xfer + (64u << 10))
+        arena = xfer + (64u << 10);
     r->ob.arena = malloc(arena);
     r->ob.arena_cap = arena;
-    if (!r->slots || !r->op_pool || !r->pending || !r->scratch_batch || !r->snap_buf ||
-        !r->rec_snap || !r->ob.arena)
+    if (!r->slots || !r->op_pool || !r->pending || !r->scratch_batch || !r->ob.arena)
         return FK_ENOMEM;
     for (uint32_t i = 0; i < c->log_cap; i++)
         r->slots[i].ops = &r->op_pool[(size_t)i * c->batch_max];
     return cons_ctab_init(&r->ctab, c->clients_max);
+}
+
+/* cons_xfer's messages travel as MPX_XFER, a kind byte before their body. */
+static void xfer_begin(void *ctx, struct cons_wbuf *w, uint8_t kind)
+{
+    struct mpx *r = ctx;
+    mpx__begin(r, w, MPX_XFER, 0);
+    cons_w_u8(w, kind);
+}
+
+static void xfer_send(void *ctx, struct cons_wbuf *w, uint32_t to)
+{
+    mpx__send(ctx, w, cons_replica(to));
+}
+
+static int xfer_init(struct mpx *r)
+{
+    const struct mpx_config *c = &r->cfg;
+    struct cons_xfer_config xc = {.n = c->n,
+                                  .id = c->id,
+                                  .chunk = c->xfer_chunk,
+                                  .window = c->xfer_window,
+                                  .retry_ns = 2 * c->heartbeat_ns,
+                                  .switch_ns = 2 * c->election_ns};
+    struct cons_xfer_io io = {.ctx = r, .begin = xfer_begin, .send = xfer_send};
+    return cons_xfer_init(&r->xfer, &xc, r->sm, io, c->seed * 31 + c->id);
 }
 
 struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err)
@@ -80,7 +107,7 @@ struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err
     r->f = cfg->n / 2;
     r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
     r->leader = UINT32_MAX;
-    if ((*err = alloc_all(r)) < 0) {
+    if ((*err = alloc_all(r)) < 0 || (*err = xfer_init(r)) < 0) {
         mpx_destroy(r);
         return NULL;
     }
@@ -92,13 +119,12 @@ void mpx_destroy(struct mpx *r)
 {
     if (!r)
         return;
+    cons_xfer_close(&r->xfer);
     cons_ctab_free(&r->ctab);
     free(r->slots);
     free(r->op_pool);
     free(r->pending);
     free(r->scratch_batch);
-    free(r->snap_buf);
-    free(r->rec_snap);
     free(r->ob.arena);
     free(r);
 }
@@ -187,99 +213,58 @@ void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s)
     persist_commit(r, p, &w);
 }
 
-/* Persists the snapshot blob of `len` bytes sitting in snap_buf. */
-void mpx__persist_snapshot(struct mpx *r, size_t len)
+void mpx__persist_trim(struct mpx *r, uint64_t index)
 {
-    uint64_t index;
-    memcpy(&index, r->snap_buf + 4, sizeof index);
     struct cons_persist *p = persist_item(r, CONS_PERSIST_SNAPSHOT, index);
     if (!p)
         return;
     struct cons_wbuf w;
     cons_wbuf_init(&w, r->ob.arena + r->ob.arena_used, r->ob.arena_cap - r->ob.arena_used);
-    cons_w_bytes(&w, r->snap_buf, len);
+    cons_w_u32(&w, MPX_TRIM_MAGIC);
+    cons_w_u64(&w, index);
     persist_commit(r, p, &w);
 }
 
-/* ---- snapshots: u32 magic, u64 index, u32 ctab_len, ctab, u32 sm_len, sm - */
+/* ---- the state lives in the state machine (cons.h) ----------------------- */
 
-int mpx__snapshot(struct mpx *r, size_t *len)
+uint64_t mpx__adopt_state(struct mpx *r)
 {
-    struct cons_wbuf w;
-    size_t ct = 0, smlen = 0;
-    cons_wbuf_init(&w, r->snap_buf, r->snap_cap);
-    cons_w_u32(&w, MPX_SNAP_MAGIC);
-    cons_w_u64(&w, r->applied);
-    cons_w_u32(&w, 0);
-    if (w.err || cons_ctab_save(&r->ctab, w.p + w.len, w.cap - w.len, &ct) < 0)
-        return FK_ETOOBIG;
-    memcpy(w.p + 12, &(uint32_t){(uint32_t)ct}, 4);
-    w.len += ct;
-    cons_w_u32(&w, 0);
-    if (w.err || r->sm.ops->snapshot(r->sm.impl, w.p + w.len, w.cap - w.len, &smlen) < 0)
-        return FK_ETOOBIG;
-    memcpy(w.p + w.len - 4, &(uint32_t){(uint32_t)smlen}, 4);
-    w.len += smlen;
-    *len = w.len;
-    return 0;
-}
-
-/* Installs a snapshot blob into the client table and state machine and
- * moves the log past it. FK_EMALFORMED leaves everything unchanged; a
- * failure after the table was replaced poisons the replica. */
-int mpx__install(struct mpx *r, const uint8_t *blob, size_t len, uint64_t *index)
-{
-    struct cons_rbuf rd;
-    cons_rbuf_init(&rd, blob, len);
-    uint32_t magic = cons_r_u32(&rd);
-    *index = cons_r_u64(&rd);
-    uint32_t ctl = cons_r_u32(&rd);
-    const uint8_t *ct = cons_r_bytes(&rd, ctl);
-    uint32_t sml = cons_r_u32(&rd);
-    const uint8_t *sm = cons_r_bytes(&rd, sml);
-    if (cons_r_done(&rd) < 0 || magic != MPX_SNAP_MAGIC)
-        return FK_EMALFORMED;
-    if (*index <= r->applied)
-        return 0; /* nothing new */
-    /* Validate the table, then let the state machine (unchanged on bad
-     * bytes: FK_EMALFORMED) install, then load the table, which cannot
-     * fail now: a bad snapshot is refused whole instead of poisoning the
-     * replica. Any other install error (storage) may have replaced part of
-     * the state: the replica stops. */
-    int rc = cons_ctab_check(&r->ctab, ct, ctl);
-    if (rc < 0)
-        return rc;
-    rc = r->sm.ops->install(r->sm.impl, sm, sml);
-    if (rc == FK_EMALFORMED)
-        return rc;
-    if (rc < 0) {
-        r->poisoned = 1;
-        return FK_EPOISONED;
+    uint64_t index;
+    if (cons_sm_load(&r->sm, &r->ctab, &index) < 0) {
+        r->poisoned = 1; /* the machine took the stream but cannot give it back */
+        return 0;
     }
-    rc = cons_ctab_load(&r->ctab, ct, ctl);
-    assert(rc == 0);
-    drop_prefix(r, *index);
-    r->snap_index = r->applied = *index;
-    if (r->commit < *index)
-        r->commit = *index;
-    if (r->last < *index)
-        r->last = *index;
-    return 1;
+    drop_prefix(r, index);
+    r->snap_index = r->applied = index;
+    if (r->commit < index)
+        r->commit = index;
+    if (r->last < index)
+        r->last = index;
+    if (r->role == MPX_LEADER && r->next_index <= index)
+        r->next_index = index + 1;
+    return index;
 }
 
-/* Log compaction: once half the ring is applied history, snapshot at the
- * applied index and drop that prefix. Deferred while the outbox arena
- * cannot hold the snapshot (it is empty at the start of every step). */
+int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve)
+{
+    uint64_t index;
+    int rc = cons_xfer_on_msg(&r->xfer, (uint8_t)m->u1, m->from, m->body, m->body_len, serve,
+                              r->now, &index);
+    if (rc < 0)
+        r->poisoned = 1; /* storage: cons.h's failure rule */
+    return rc == 1;
+}
+
+/* Log compaction: once half the ring is applied history, drop that prefix.
+ * The state machine already holds the state at the applied index, and its
+ * writes reach the disk with this trim (cons.h): nothing is copied. */
 static void maybe_compact(struct mpx *r)
 {
     if (r->role == MPX_RECOVERING || r->applied - r->snap_index < r->cfg.log_cap / 2)
         return;
-    size_t len;
-    if (mpx__snapshot(r, &len) < 0 || len + 4096 > r->ob.arena_cap - r->ob.arena_used)
-        return;
     drop_prefix(r, r->applied);
     r->snap_index = r->applied;
-    mpx__persist_snapshot(r, len);
+    mpx__persist_trim(r, r->applied);
 }
 
 /* ---- applying ------------------------------------------------------------ */
@@ -301,7 +286,15 @@ void mpx__apply_committed(struct mpx *r)
                 mpx__reply(r, s->ops[k].client_id, &r->reply);
         }
         r->applied++;
+        if (r->sm.ops->mark(r->sm.impl, r->applied, r->ctab.ops) < 0) {
+            r->poisoned = 1;
+            return;
+        }
     }
+    /* Caught up through the log meanwhile: a state fetched now would be
+     * older than this one (it is staged, never installed, cons.h). */
+    if (cons_xfer_active(&r->xfer) && r->role != MPX_RECOVERING && r->applied >= r->xfer.min_index)
+        cons_xfer_stop(&r->xfer);
     maybe_compact(r);
 }
 
@@ -336,11 +329,19 @@ int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len)
 
 int mpx_restore_snapshot(struct mpx *r, const uint8_t *buf, size_t len)
 {
-    uint64_t index;
     if (r->started)
         return FK_EINVAL;
-    int rc = mpx__install(r, buf, len, &index);
-    return rc < 0 ? rc : 0;
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, buf, len);
+    uint32_t magic = cons_r_u32(&rd);
+    uint64_t index = cons_r_u64(&rd);
+    if (cons_r_done(&rd) < 0 || magic != MPX_TRIM_MAGIC)
+        return FK_EMALFORMED;
+    if (index > r->snap_index) {
+        drop_prefix(r, index);
+        r->snap_index = index;
+    }
+    return 0;
 }
 
 int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len)
@@ -383,6 +384,18 @@ int mpx_start(struct mpx *r, enum mpx_start_mode mode, uint64_t now, struct cons
         return FK_EINVAL;
     r->started = 1;
     r->now = now;
+    if (mode == MPX_START_RESTORED) {
+        /* The state machine holds the state at its mark, written with the
+         * log (cons.h): the log before it is history. A mark below the
+         * log's trim point means the disk lost state: refuse it. */
+        uint64_t trimmed = r->snap_index, index = mpx__adopt_state(r);
+        if (index < trimmed || r->poisoned)
+            return r->poisoned ? FK_EPOISONED : FK_EMALFORMED;
+        /* The disk's log base follows, so that what this replica accepts
+         * from here on (up to index + log_cap) restores next time. */
+        if (index > trimmed)
+            mpx__persist_trim(r, index);
+    }
     r->commit = r->applied = r->snap_index > r->applied ? r->snap_index : r->applied;
     if (r->last < r->commit)
         r->last = r->commit;
@@ -450,7 +463,9 @@ int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct co
 void mpx_invariants(const struct mpx *r)
 {
     assert(r->applied <= r->commit);
-    assert(r->snap_index <= r->applied);
+    /* A recovering replica's log starts past its state until phase 3's
+     * transfer brings the state (mpx_recover.c). */
+    assert(r->snap_index <= r->applied || r->role == MPX_RECOVERING);
     assert(r->commit <= r->last || r->commit == r->snap_index);
     assert(r->durable <= r->next_cookie);
     assert(r->held_n <= MPX_HELD_MAX);
@@ -488,6 +503,7 @@ void mpx_status(const struct mpx *r, struct mpx_status *st)
     st->snap_index = r->snap_index;
     st->last = r->last;
     st->dropped = r->ob.dropped;
+    st->xfer = cons_xfer_stats(&r->xfer);
 }
 
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n)

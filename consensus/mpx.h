@@ -47,6 +47,7 @@
 #define MPX_H
 
 #include "cons.h"
+#include "cons_xfer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,7 +69,8 @@ struct mpx_config {
     uint32_t batch_max;   /* ops per slot, 1..CONS_BATCH_MAX */
     uint32_t pending_max; /* client requests queued at the leader, 1..65536 */
     uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
-    size_t snapshot_max;  /* bytes for a state machine snapshot */
+    uint32_t xfer_chunk;  /* bytes a state transfer chunk aims at, 1..1 MiB (cons_xfer.h) */
+    uint32_t xfer_window; /* transfer chunks in flight, 1..CONS_XFER_WINDOW_MAX */
     size_t arena_bytes;   /* outbox arena, >= 64 KiB */
     uint64_t tick_ns;     /* how often the driver ticks (informational) */
     uint64_t heartbeat_ns;
@@ -94,6 +96,7 @@ struct mpx_status {
     uint64_t snap_index;
     uint64_t last;    /* highest slot holding an entry */
     uint64_t dropped; /* outbox messages dropped (full) */
+    struct cons_xfer_stats xfer;
 };
 
 struct mpx;

@@ -7,6 +7,7 @@
 
 #include "cons.h"
 #include "cons_wire.h"
+#include "cons_xfer.h"
 #include "mpx.h"
 
 #include <stdint.h>
@@ -24,10 +25,11 @@ enum mpx_type {
     MPX_COMMIT = 10,        /* term = ballot; u64 commit (the heartbeat) */
     MPX_CATCHUP_REQ = 11,   /* u64 from_index */
     MPX_CATCHUP = 12,       /* u64 commit, entries (all chosen) */
-    MPX_SNAPSHOT = 13,      /* snapshot blob */
+    MPX_XFER = 13,          /* u8 kind, a state transfer message (cons_xfer.h) */
     MPX_RECOVER = 14,       /* u64 nonce, u64 gen (0: "what is my generation?") */
-    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, snapshot blob, entries */
+    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, u64 applied, entries */
     MPX_RECOVER_GEN = 16,   /* u64 nonce, u64 the asker's generation as known here */
+    MPX_COMPACTED = 17,     /* u64 snap_index: the entries asked for are compacted here */
     MPX__TYPES
 };
 
@@ -51,11 +53,11 @@ struct mpx_msg {
     uint8_t type;
     uint32_t from;
     uint64_t term;
-    uint64_t u1, u2; /* per type: see enum mpx_type */
+    uint64_t u1, u2, u3; /* per type: see enum mpx_type (XFER: u1 = kind) */
     uint32_t nents;
     struct cons_rbuf ents; /* PROMISE, ACCEPT, CATCHUP, RECOVER_REPLY */
-    const uint8_t *snap;   /* SNAPSHOT, RECOVER_REPLY: snapshot blob */
-    uint32_t snap_len;
+    const uint8_t *body;   /* XFER: the cons_xfer message */
+    uint32_t body_len;
     uint32_t nidx; /* ACCEPTED */
     const uint8_t *idx;
     uint32_t hint; /* REPLY */
@@ -125,13 +127,15 @@ struct mpx {
     uint64_t rec_gen;                      /* phase 1: highest heard; phase 2: the new generation */
     uint64_t rec_cv[CONS_REPLICAS_MAX];    /* phase 2: the responders' vectors, merged */
     uint64_t rec_their[CONS_REPLICAS_MAX]; /* phase 2: each responder's own generation */
-    uint64_t rec_promised, rec_snap_index;
-    uint8_t *rec_snap;
-    size_t rec_snap_len;
+    uint64_t rec_promised;
+    uint64_t rec_index; /* phase 2: the most advanced responder's applied index */
+    uint32_t rec_best;  /* ... and that responder: phase 3 fetches the state from it */
+    uint8_t rec_fetch;  /* phase 3: the state transfer runs */
+
+    /* State transfer, both ways (cons_xfer.h). */
+    struct cons_xfer xfer;
 
     /* Buffers. */
-    uint8_t *snap_buf;
-    size_t snap_cap;
     struct cons_reply reply;
     struct cons_op scratch_op;
     struct cons_op *scratch_batch; /* batch_max ops for entries we skip */
@@ -165,11 +169,18 @@ void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
 /* mpx.c helpers used by mpx_msg.c / mpx_recover.c */
 struct mpx_slot *mpx__slot(struct mpx *r, uint64_t index);
 const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index);
-int mpx__snapshot(struct mpx *r, size_t *len);
-int mpx__install(struct mpx *r, const uint8_t *blob, size_t len, uint64_t *index);
 void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s);
 void mpx__persist_meta(struct mpx *r);
-void mpx__persist_snapshot(struct mpx *r, size_t len);
+/* Persists the compaction point: the log up to index may go (the state
+ * machine holds it, cons.h). */
+void mpx__persist_trim(struct mpx *r, uint64_t index);
+/* The state machine now holds the state a transfer brought: reload the
+ * client table and move the log past it. Returns its index, 0 when the
+ * replica must stop (poisoned). */
+uint64_t mpx__adopt_state(struct mpx *r);
+/* Feeds an XFER message to the transfer (serving only when `serve`);
+ * returns 1 when it completed a transfer into this replica. */
+int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve);
 void mpx__apply_committed(struct mpx *r);
 void mpx__become_follower(struct mpx *r);
 uint64_t mpx__rand(struct mpx *r);
@@ -200,5 +211,7 @@ void mpx__recover_start(struct mpx *r);
 void mpx__recover_tick(struct mpx *r);
 void mpx__on_recover(struct mpx *r, const struct mpx_msg *m);
 void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m);
+/* Phase 3 done: the state arrived; persist everything and rejoin. */
+void mpx__recover_fetched(struct mpx *r);
 
 #endif /* MPX_INTERNAL_H */

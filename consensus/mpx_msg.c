@@ -40,14 +40,6 @@ static int take_entries(struct cons_rbuf *r, struct mpx_msg *m, uint32_t max_bat
     return 0;
 }
 
-/* Reads "u32 len, blob" where blob is a snapshot; bounded by the message. */
-static int take_snap(struct cons_rbuf *r, struct mpx_msg *m)
-{
-    m->snap_len = cons_r_u32(r);
-    m->snap = cons_r_bytes(r, m->snap_len);
-    return m->snap && m->snap_len >= 8 ? 0 : FK_EMALFORMED;
-}
-
 /* Reads a crash vector "u8 n, u64 gen[n]" (mpx_recover.c). */
 static int take_cv(struct cons_rbuf *r, struct mpx_msg *m)
 {
@@ -101,13 +93,22 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
             return FK_EMALFORMED;
         m->idx = cons_r_bytes(r, (size_t)m->nidx * 8);
         return 0;
-    case MPX_SNAPSHOT:
-        return take_snap(r, m);
+    case MPX_XFER:
+        /* The rest is the transfer's own message, which cons_xfer
+         * validates as it reads it. */
+        m->u1 = cons_r_u8(r);
+        m->body_len = (uint32_t)(r->len - r->off);
+        m->body = cons_r_bytes(r, m->body_len);
+        return r->err ? FK_EMALFORMED : 0;
+    case MPX_COMPACTED:
+        m->u1 = cons_r_u64(r);
+        return 0;
     case MPX_RECOVER_REPLY:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
-        if (take_cv(r, m) < 0 || take_snap(r, m) < 0)
+        if (take_cv(r, m) < 0)
             return FK_EMALFORMED;
+        m->u3 = cons_r_u64(r);
         return take_entries(r, m, max_batch);
     default:
         return FK_EMALFORMED;

@@ -501,21 +501,15 @@ static void on_commit(struct mpx *r, const struct mpx_msg *m)
         mpx__learn_commit(r, m->term, m->u1, m->from);
 }
 
-/* ---- catch-up: any replica serves chosen entries or its snapshot -------- */
+/* ---- catch-up: any replica serves chosen entries, or its state --------- */
 
 static void on_catchup_req(struct mpx *r, const struct mpx_msg *m)
 {
     if (r->role == MPX_RECOVERING || m->u1 == 0 || m->u1 > r->commit)
         return;
     if (m->u1 <= r->snap_index) {
-        size_t len;
-        if (mpx__snapshot(r, &len) < 0)
-            return;
-        struct cons_wbuf w;
-        mpx__begin(r, &w, MPX_SNAPSHOT, r->promised);
-        cons_w_u32(&w, (uint32_t)len);
-        cons_w_bytes(&w, r->snap_buf, len);
-        mpx__send(r, &w, cons_replica(m->from));
+        /* Compacted here: the asker fetches the state (cons_xfer). */
+        mpx__send_simple(r, cons_replica(m->from), MPX_COMPACTED, 0, r->snap_index);
         return;
     }
     mpx__send_entries(r, cons_replica(m->from), MPX_CATCHUP, r->promised, r->commit, m->u1,
@@ -545,15 +539,27 @@ static void on_catchup(struct mpx *r, const struct mpx_msg *m)
         mpx__send_simple(r, cons_replica(m->from), MPX_CATCHUP_REQ, 0, r->commit + 1);
 }
 
-static void on_snapshot(struct mpx *r, const struct mpx_msg *m)
+/* What this replica lacks was compacted at the sender: fetch its state,
+ * which holds every chosen entry up to some index past this one's. */
+static void on_compacted(struct mpx *r, const struct mpx_msg *m)
 {
-    uint64_t index;
-    if (r->role == MPX_LEADER || r->role == MPX_RECOVERING)
+    if (r->role == MPX_LEADER || r->role == MPX_RECOVERING || cons_xfer_active(&r->xfer) ||
+        m->u1 <= r->applied)
         return;
-    if (m->snap_len > r->snap_cap || mpx__install(r, m->snap, m->snap_len, &index) <= 0)
+    if (cons_xfer_start(&r->xfer, m->from, r->applied + 1, r->now) < 0)
+        r->poisoned = 1;
+}
+
+/* A transfer message; one that completes a transfer into this (normal)
+ * replica moves it to the state it brought. */
+static void on_xfer(struct mpx *r, const struct mpx_msg *m)
+{
+    if (!mpx__xfer_msg(r, m, 1))
         return;
-    memcpy(r->snap_buf, m->snap, m->snap_len);
-    mpx__persist_snapshot(r, m->snap_len);
+    uint64_t index = mpx__adopt_state(r);
+    if (r->poisoned)
+        return;
+    mpx__persist_trim(r, index); /* the log before it is history now */
     advance_commit(r);
     mpx__send_simple(r, cons_replica(m->from), MPX_CATCHUP_REQ, 0, r->commit + 1);
 }
@@ -619,6 +625,10 @@ static void on_request(struct mpx *r, const struct cons_op *op)
 
 void mpx__tick(struct mpx *r)
 {
+    if (cons_xfer_tick(&r->xfer, r->now) < 0) {
+        r->poisoned = 1;
+        return;
+    }
     switch (r->role) {
     case MPX_RECOVERING:
         mpx__recover_tick(r);
@@ -666,6 +676,8 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
             mpx__on_recover_reply(r, m);
         else if (m->type == MPX_RECOVER_GEN)
             mpx__on_recover_gen(r, m);
+        else if (m->type == MPX_XFER && mpx__xfer_msg(r, m, 0))
+            mpx__recover_fetched(r);
         else if (m->type == MPX_REQUEST)
             on_request(r, op);
         return;
@@ -704,8 +716,11 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
     case MPX_CATCHUP:
         on_catchup(r, m);
         break;
-    case MPX_SNAPSHOT:
-        on_snapshot(r, m);
+    case MPX_XFER:
+        on_xfer(r, m);
+        break;
+    case MPX_COMPACTED:
+        on_compacted(r, m);
         break;
     case MPX_RECOVER:
         mpx__on_recover(r, m);

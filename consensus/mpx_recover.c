@@ -98,6 +98,8 @@ void mpx__recover_start(struct mpx *r)
     r->rec_from = 0;
     r->rec_n = 0;
     r->rec_promised = 0;
+    r->rec_index = 0;
+    r->rec_fetch = 0;
     r->rec_wait = 0;
     memset(r->rec_cv, 0, sizeof r->rec_cv);
     memset(r->rec_their, 0, sizeof r->rec_their);
@@ -126,8 +128,8 @@ void mpx__recover_tick(struct mpx *r)
         }
         return;
     }
-    if (r->now < r->next_heartbeat)
-        return;
+    if (r->now < r->next_heartbeat || r->rec_phase == 3)
+        return; /* phase 3: the transfer keeps its own time */
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
     for (uint32_t p = 0; p < r->cfg.n; p++) {
         int answered = r->rec_from >> p & 1;
@@ -162,21 +164,20 @@ void mpx__on_recover(struct mpx *r, const struct mpx_msg *m)
     mpx__hold(r, MPX_RECOVER_REPLY, m->from, nonce, gen);
 }
 
-/* Once known[to] >= gen is durable: the promise, the crash vector, a
- * snapshot at the applied index and every entry after it (chosen or
- * merely accepted), all as of now, after every vote cast so far. */
+/* Once known[to] >= gen is durable: the promise, the crash vector, the
+ * applied index (the state machine holds the state there; the asker
+ * fetches it in phase 3) and every entry after it (chosen or merely
+ * accepted), all as of now, after every vote cast so far. */
 void mpx__release_recover_reply(struct mpx *r, uint32_t to, uint64_t nonce, uint64_t gen)
 {
-    size_t len;
-    if (r->known[to] != gen || r->role == MPX_RECOVERING || mpx__snapshot(r, &len) < 0)
+    if (r->known[to] != gen || r->role == MPX_RECOVERING)
         return; /* superseded by a newer recovery, or cannot answer now */
     struct cons_wbuf w;
     mpx__begin(r, &w, MPX_RECOVER_REPLY, r->promised);
     cons_w_u64(&w, nonce);
     cons_w_u64(&w, r->promised);
     mpx__put_cv(r, &w);
-    cons_w_u32(&w, (uint32_t)len);
-    cons_w_bytes(&w, r->snap_buf, len);
+    cons_w_u64(&w, r->applied);
     size_t count_at = w.len;
     cons_w_u32(&w, 0);
     uint32_t n = 0;
@@ -210,20 +211,39 @@ void mpx__on_recover_gen(struct mpx *r, const struct mpx_msg *m)
     mpx__recover_tick(r);
 }
 
-static void finish(struct mpx *r)
+/* Moves the log's base to `index`: the state up to there comes whole,
+ * from phase 3's transfer, so entries at or below it are not needed. */
+static void rebase(struct mpx *r, uint64_t index)
 {
-    size_t len;
+    for (uint32_t k = 0; k < r->cfg.log_cap; k++) {
+        struct mpx_slot *s = &r->slots[k];
+        if (s->index && s->index <= index)
+            s->index = 0;
+    }
+    r->snap_index = index;
+    if (r->last < index)
+        r->last = index;
+}
+
+/* The recovered state is complete: persist it, META last, and rejoin once
+ * that is durable (recover_tick). */
+void mpx__recover_fetched(struct mpx *r)
+{
+    assert(r->rec_phase == 3);
+    if (r->rec_fetch) {
+        uint64_t index = mpx__adopt_state(r);
+        if (r->poisoned)
+            return;
+        r->rec_fetch = 0;
+        r->commit = r->applied = index;
+    }
     if (r->rec_promised > r->promised)
         r->promised = r->rec_promised;
     if (r->promised > r->max_seen)
         r->max_seen = r->promised;
     memcpy(r->known, r->rec_cv, sizeof r->known);
     r->gen = r->known[r->cfg.id] = r->rec_gen;
-    if (mpx__snapshot(r, &len) < 0) {
-        r->poisoned = 1;
-        return;
-    }
-    mpx__persist_snapshot(r, len);
+    mpx__persist_trim(r, r->snap_index);
     for (uint64_t i = r->snap_index + 1; i <= r->last; i++) {
         const struct mpx_slot *s = mpx__cslot(r, i);
         if (s)
@@ -233,9 +253,25 @@ static void finish(struct mpx *r)
     r->rec_wait = r->next_cookie;
 }
 
+/* Phase 3: the state at the highest responder's index, fetched from it (or,
+ * if it cannot serve, from another: any state at or past that index is a
+ * chosen prefix that covers it). A group that never applied anything has
+ * nothing to fetch. */
+static void fetch(struct mpx *r)
+{
+    r->rec_phase = 3;
+    if (r->rec_index == 0) {
+        mpx__recover_fetched(r);
+        return;
+    }
+    r->rec_fetch = 1;
+    if (cons_xfer_start(&r->xfer, r->rec_best, r->rec_index, r->now) < 0)
+        r->poisoned = 1;
+}
+
 /* Phase 2: merge each answer's state (more state from a responder that
  * later turns out stale is harmless: every entry is a real proposal and
- * every snapshot a chosen prefix); count only a crash-consistent f+1. */
+ * every applied index a chosen prefix); count only a crash-consistent f+1. */
 void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
 {
     if (r->rec_wait || r->rec_phase != 2 || m->u1 != r->nonce || m->ncv != r->cfg.n)
@@ -245,10 +281,11 @@ void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
         return; /* a duplicate */
     if (mpx__cv_get(m, r->cfg.id) != r->rec_gen)
         return; /* not an answer to this generation's announcement */
-    uint64_t index;
-    if (m->snap_len > r->snap_cap || mpx__install(r, m->snap, m->snap_len, &index) < 0)
-        return;
-    r->commit = r->applied = r->snap_index;
+    if (m->u3 > r->rec_index) {
+        r->rec_index = m->u3;
+        r->rec_best = m->from;
+        rebase(r, m->u3);
+    }
     struct cons_rbuf rd = m->ents;
     for (uint32_t e = 0; e < m->nents; e++) {
         uint64_t i, ballot;
@@ -267,5 +304,5 @@ void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
     r->rec_their[m->from] = their;
     r->rec_from |= 1ull << m->from;
     if (consistent_responders(r) >= r->f + 1)
-        finish(r);
+        fetch(r);
 }

@@ -291,7 +291,10 @@ void nop__execute_to(struct nop *r, uint64_t upto, int reply)
         const struct nop_entry *e = nop__ent(r, r->executed + 1);
         assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
         if (e->kind == NOP_ENT_REQ && follower && cons_op_reads(&e->op)) {
-            cons_log_read(&r->ctab, &e->op);
+            if (cons_log_read(&r->sm, &r->ctab, &e->op) < 0) {
+                r->poisoned = 1; /* the machine could not keep the row */
+                return;
+            }
         } else if (e->kind == NOP_ENT_REQ) {
             int rc = cons_apply_once(&r->sm, &r->ctab, &e->op, &r->reply);
             if (rc < 0) {

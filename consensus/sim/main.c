@@ -143,6 +143,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 struct totals {
     uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
     uint64_t fills, crash_alls, amnesias;
+    uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent, xfer_rc, xfer_sc;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -161,6 +162,13 @@ static void add(struct totals *t, const struct sim_result *r)
     t->fills += r->oum_fills;
     t->crash_alls += r->crash_alls;
     t->amnesias += r->amnesias;
+    t->xfers += r->xfers;
+    t->xfers_multi += r->xfers_multi;
+    t->xfer_chunks += r->xfer_chunks;
+    t->xfer_switches += r->xfer_switches;
+    t->xfer_resent += r->xfer_resent;
+    t->xfer_rc += r->xfer_recv_crashes;
+    t->xfer_sc += r->xfer_send_crashes;
 }
 
 /* How often a long campaign prints a progress line. */
@@ -227,6 +235,13 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
                t.failovers, t.oum, t.fills);
     if (proto == SIM_NOP && a->durable)
         printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
+    if (proto == SIM_MPX)
+        printf("\n  state transfers: %" PRIu64 " completed (%" PRIu64
+               " in more than one chunk), %" PRIu64 " chunks, %" PRIu64 " resent, %" PRIu64
+               " sender switches, %" PRIu64 " receivers and %" PRIu64
+               " senders crashed mid-transfer",
+               t.xfers, t.xfers_multi, t.xfer_chunks, t.xfer_resent, t.xfer_switches, t.xfer_rc,
+               t.xfer_sc);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
            cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
     return t.failed;

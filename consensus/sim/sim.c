@@ -190,6 +190,30 @@ static void check_chosen(struct world *w, uint32_t i)
         w->reps[i].checked = commit;
 }
 
+static void blob_set(struct blob *b, const uint8_t *buf, uint32_t len, uint64_t index);
+static void blob_clear(struct blob *b);
+
+/* Bytes of the simulator's largest state stream. */
+#define SIM_SM_IMAGE_MAX                                                                           \
+    (CONS_SNAP_BYTES(SIM_CLIENTS_MAX, SIM_KEYS_MAX,                                                \
+                     (size_t)SIM_KEYS_MAX * (CONS_KEY_MAX + CONS_VAL_MAX)) +                       \
+     CONS_SNAP_RECORD_MAX)
+
+/* After a step of a core whose state lives in its machine: if the machine
+ * changed, its image joins the queued disk work (the server writes the
+ * machine's changes in the batch's transaction). */
+static void queue_sm_image(struct world *w, struct rep *r)
+{
+    if (!r->core.ops->sm_durable || kv_mem_version(r->kv) == r->sm_version)
+        return;
+    size_t len;
+    struct cons_sm sm = kv_mem_sm(r->kv);
+    if (cons_sm_save(&sm, w->sm_img, SIM_SM_IMAGE_MAX, &len) < 0)
+        abort(); /* sized for the simulator's largest state */
+    blob_set(&r->sm_queued, w->sm_img, (uint32_t)len, 0);
+    r->sm_version = kv_mem_version(r->kv);
+}
+
 void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
 {
     struct rep *r = &w->reps[i];
@@ -224,7 +248,8 @@ void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob)
             abort();
         memcpy(q->buf, p->buf, p->len);
     }
-    if (r->pq_n && !r->disk_busy) {
+    queue_sm_image(w, r);
+    if ((r->pq_n || r->sm_queued.buf) && !r->disk_busy) {
         r->disk_busy = 1;
         sim__at(w, sim__urange(w, 50000, w->disk_max), EV_DISK, i, r->inc, 0, NULL);
     }
@@ -296,6 +321,11 @@ static void on_disk(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
     r->disk_busy = 0;
+    if (r->sm_queued.buf) {
+        blob_clear(&r->sm_disk);
+        r->sm_disk = r->sm_queued;
+        memset(&r->sm_queued, 0, sizeof r->sm_queued);
+    }
     if (!r->pq_n)
         return;
     for (size_t k = 0; k < r->pq_n; k++)
@@ -318,6 +348,10 @@ static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
     c->snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX);
     c->heartbeat_ns = 20 * MS;
     c->election_ns = 100 * MS;
+    /* Chunks of a few records (cons_sm_ops.snap_read sends at least
+     * one), so every transfer takes many of them. */
+    c->xfer_chunk = 48;
+    c->xfer_window = 1 + (uint32_t)(w->o->seed % 3);
     c->seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + w->reps[i].inc;
     c->bugs = w->o->bugs;
     if (w->o->proto == SIM_NOP) {
@@ -337,6 +371,7 @@ static void wipe_disk(struct rep *r)
 {
     blob_clear(&r->meta);
     blob_clear(&r->snap);
+    blob_clear(&r->sm_disk);
     for (int k = 0; k < SIM_DISK_SLOTS; k++)
         blob_clear(&r->ents[k]);
 }
@@ -368,7 +403,14 @@ static void boot(struct world *w, uint32_t i, enum cons_start_mode mode)
         wipe_disk(r);
     rep_config(w, i, &cfg);
     r->kv = kv_mem_create(SIM_KEYS_MAX);
-    if (!r->kv || cons_core_create(&r->core, w->ops, &cfg, kv_mem_sm(r->kv)) < 0)
+    if (!r->kv)
+        abort();
+    struct cons_sm sm = kv_mem_sm(r->kv);
+    if (w->ops->sm_durable && mode == CONS_START_RESTORED && r->sm_disk.buf &&
+        cons_sm_restore(&sm, r->sm_disk.buf, r->sm_disk.len) < 0)
+        sim__fail(w, "replica %u: its state machine image does not install", i);
+    r->sm_version = kv_mem_version(r->kv);
+    if (cons_core_create(&r->core, w->ops, &cfg, sm) < 0)
         abort(); /* out of memory or a bad constant: the run cannot go on */
     if (mode == CONS_START_RESTORED) {
         int rc = restore(r);
@@ -385,9 +427,24 @@ static void boot(struct world *w, uint32_t i, enum cons_start_mode mode)
     sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
 }
 
+/* Adds an incarnation's transfer counters to the run's. */
+static void count_xfers(struct world *w, uint32_t i, int crashed)
+{
+    struct cons_xfer_stats x = status_of(w, i).xfer;
+    struct sim_result *res = w->res;
+    res->xfers += x.completed;
+    res->xfers_multi += x.multi;
+    res->xfer_chunks += x.chunks_in;
+    res->xfer_switches += x.switched;
+    res->xfer_resent += x.resent;
+    res->xfer_recv_crashes += crashed && x.receiving;
+    res->xfer_send_crashes += crashed && x.sending;
+}
+
 static void crash(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
+    count_xfers(w, i, !w->tearing_down);
     cons_core_destroy(&r->core);
     kv_mem_destroy(r->kv);
     r->kv = NULL;
@@ -395,6 +452,7 @@ static void crash(struct world *w, uint32_t i)
     r->disk_busy = 0;
     r->inc++; /* stale ticks, disk completions and messages are ignored */
     pq_clear(r);
+    blob_clear(&r->sm_queued);
 }
 
 static uint32_t down_count(struct world *w)
@@ -816,7 +874,7 @@ static int settled_prefix(struct world *w, uint32_t i, uint64_t *applied)
 /* Replicas that applied the same prefix must hold the same state. */
 static void check_states(struct world *w)
 {
-    size_t cap = kv_mem_snapshot_max(SIM_KEYS_MAX);
+    size_t cap = SIM_SM_IMAGE_MAX;
     uint8_t *a = malloc(cap), *b = malloc(cap);
     if (!a || !b)
         abort();
@@ -827,8 +885,14 @@ static void check_states(struct world *w)
                 continue;
             struct cons_sm mi = kv_mem_sm(w->reps[i].kv), mj = kv_mem_sm(w->reps[j].kv);
             size_t la, lb;
-            if (mi.ops->snapshot(mi.impl, a, cap, &la) < 0 ||
-                mj.ops->snapshot(mj.impl, b, cap, &lb) < 0 || la != lb || memcmp(a, b, la))
+            /* Where the machine holds the whole state (pairs, rows, mark),
+             * all of it must agree; else the pairs. */
+            int whole = w->ops->sm_durable;
+            if ((whole ? cons_sm_save(&mi, a, cap, &la) : mi.ops->snapshot(mi.impl, a, cap, &la)) <
+                    0 ||
+                (whole ? cons_sm_save(&mj, b, cap, &lb) : mj.ops->snapshot(mj.impl, b, cap, &lb)) <
+                    0 ||
+                la != lb || memcmp(a, b, la))
                 sim__fail(w, "replicas %u and %u applied %" PRIu64 " slots but differ", i, j, ai);
         }
     }
@@ -913,6 +977,7 @@ static void dump(struct world *w)
 
 static void teardown(struct world *w)
 {
+    w->tearing_down = 1;
     while (w->heap_n) {
         struct ev e = pop(w);
         free(e.m);
@@ -924,6 +989,7 @@ static void teardown(struct world *w)
         free(w->reps[i].pq);
     }
     free(w->heap);
+    free(w->sm_img);
     free(w->hist);
     free(w->chosen);
 }
@@ -937,6 +1003,11 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     w->o = o;
     w->res = res;
     w->rng = o->seed;
+    w->sm_img = malloc(SIM_SM_IMAGE_MAX);
+    if (!w->sm_img) {
+        free(w);
+        return FK_ENOMEM;
+    }
     setup(w);
     uint64_t settled = 0;
     while (w->heap_n && !w->failed) {

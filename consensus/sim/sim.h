@@ -63,7 +63,10 @@ struct sim_result {
     uint64_t oum_fills;            /* NOPaxos: OUM numbers that carried a fill */
     uint64_t crash_alls;           /* durable NOPaxos: whole-group crashes */
     uint64_t amnesias;             /* amnesia-in-the-minority faults (sim.c) */
-    uint64_t vtime_ns;             /* virtual time at the end */
+    /* State transfers (cons_xfer.h), summed over every incarnation. */
+    uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent;
+    uint64_t xfer_recv_crashes, xfer_send_crashes; /* crashes mid-transfer */
+    uint64_t vtime_ns;                             /* virtual time at the end */
     double drop_p, dup_p;
 };
 

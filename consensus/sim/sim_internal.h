@@ -71,6 +71,12 @@ struct rep {
     int up, disk_busy, side;
     uint32_t inc;
     struct blob meta, snap, ents[SIM_DISK_SLOTS];
+    /* The state machine as the disk holds it (cons_sm_save's stream), for
+     * a core that keeps its state there (cons_core_ops.sm_durable): the
+     * image after the latest step rides with the persists queued so far
+     * (one LMDB transaction in the server) and lands when they do. */
+    struct blob sm_disk, sm_queued;
+    uint64_t sm_version; /* kv_mem_version when sm_queued was taken */
     struct prec *pq;
     size_t pq_n, pq_cap;
     uint64_t checked;
@@ -89,6 +95,8 @@ struct client {
 
 struct world {
     const struct sim_opts *o;
+    int tearing_down;                /* crash() at the end of a run is no fault */
+    uint8_t *sm_img;                 /* scratch for a state machine image (sim.c) */
     const struct cons_core_ops *ops; /* the protocol, picked once */
     struct sim_result *res;
     uint64_t rng, now, seq;

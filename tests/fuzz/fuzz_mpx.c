@@ -41,7 +41,8 @@ static struct mpx *make_replica(struct kv_mem **kv)
         .seed = 1,
     };
     *kv = kv_mem_create(64);
-    c.snapshot_max = kv_mem_snapshot_max(64);
+    c.xfer_chunk = 64;
+    c.xfer_window = 2;
     int err = 0;
     struct mpx *r = *kv ? mpx_create(&c, kv_mem_sm(*kv), &err) : NULL;
     if (r == NULL)

@@ -29,7 +29,8 @@ static void cfg_for(struct mpx_config *c, uint32_t id)
     c->batch_max = 2;
     c->pending_max = 8;
     c->clients_max = 4;
-    c->snapshot_max = kv_mem_snapshot_max(8);
+    c->xfer_chunk = 64;
+    c->xfer_window = 2;
     c->arena_bytes = 1 << 16;
     c->heartbeat_ns = 10;
     c->election_ns = 50 + 20 * id;
