@@ -21,25 +21,37 @@
  *  - The leader's commit index travels on ACCEPT and on heartbeats (COMMIT);
  *    a follower marks a slot chosen only if it holds the leader's ballot
  *    for it, otherwise it fetches chosen entries (CATCHUP_REQ), which any
- *    replica answers with entries or, when they were compacted, a snapshot.
+ *    replica answers with entries or, when they were compacted there,
+ *    COMPACTED: the follower then fetches that replica's state as a
+ *    stream of chunks (cons_xfer.h), installed atomically, and goes on
+ *    from the index it brought.
  *  - All replicas apply chosen slots in order through the client table; the
  *    leader replies to clients. Reads go through the log (linearizable).
- *  - Log compaction: once applied - snapshot index reaches log_cap/2, the
- *    replica snapshots its state at the applied index and drops the prefix.
- *  - Restart with persisted state: restore META, SNAPSHOT and ENTRY records
- *    (mpx_restore_*), then mpx_start(MPX_START_RESTORED). Restart without
- *    state: mpx_start(MPX_START_EMPTY) runs recovery (mpx_recover.c): it
- *    learns a new generation from f+1 others, announces it to f+1 others,
- *    who each make it durable before answering with their state; it adopts
- *    the highest snapshot, the entries after it by highest ballot (phase
- *    1's rule) and the highest promise, persists that, and only then takes
- *    part again. Every vote carries the voter's crash vector (the highest
- *    generation it knows of each replica), so a vote cast by an
- *    incarnation that has since lost its disk is never counted together
- *    with votes cast after its recovery (Michael et al., DISC 2017): this
- *    keeps every quorum intersection argument intact though a disk was
- *    lost. Ballots carry the owner's generation, so no two incarnations
- *    ever propose at one ballot.
+ *  - The state is the state machine's (cons.h): after each applied slot
+ *    the core sets the machine's mark (applied index, table clock), and
+ *    the table's rows live in the machine too. So log compaction copies
+ *    nothing: once applied - snap_index reaches log_cap/2 the replica
+ *    drops that prefix and persists a SNAPSHOT record that only says where
+ *    the log now starts (the server writes the machine's changes in the
+ *    same transaction, so the disk's state is always at its mark).
+ *  - Restart with persisted state: restore META, the SNAPSHOT record (the
+ *    log's start) and ENTRY records (mpx_restore_*), then
+ *    mpx_start(MPX_START_RESTORED), which reads the machine's mark and
+ *    rows back (cons_sm_load) and keeps only the entries after the mark:
+ *    restart time is the log window, not the data. Restart without state:
+ *    mpx_start(MPX_START_EMPTY) runs recovery (mpx_recover.c): it learns a
+ *    new generation from f+1 others, announces it to f+1 others, who each
+ *    make it durable before answering with their applied index and the
+ *    entries after it; it keeps, after the highest such index, the entries
+ *    of the highest ballot (phase 1's rule) and the highest promise,
+ *    fetches a state at or past that index (phase 3, cons_xfer.h),
+ *    persists all of it, and only then takes part again. Every vote
+ *    carries the voter's crash vector (the highest generation it knows of
+ *    each replica), so a vote cast by an incarnation that has since lost
+ *    its disk is never counted together with votes cast after its recovery
+ *    (Michael et al., DISC 2017): this keeps every quorum intersection
+ *    argument intact though a disk was lost. Ballots carry the owner's
+ *    generation, so no two incarnations ever propose at one ballot.
  *
  * Thread safety: a handle belongs to one thread.
  */
@@ -109,8 +121,9 @@ struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err
 void mpx_destroy(struct mpx *r);
 
 /* Restore persisted records before mpx_start(MPX_START_RESTORED): META and
- * the SNAPSHOT (if any) first, then every ENTRY the disk holds above the
- * snapshot's index. buf is the bytes of a persist item of that kind,
+ * the SNAPSHOT record (if any: where the log starts) first, then every
+ * ENTRY the disk holds above its index; the state itself is the state
+ * machine's, read back at start. buf is the bytes of a persist item of that kind,
  * borrowed for the call. FK_EMALFORMED on bad bytes; FK_EINVAL after start
  * or for an entry beyond snapshot index + log_cap (an entry at or below
  * the snapshot index is ignored: 0). A disk without a META record holds no

@@ -7,8 +7,10 @@
  * Viewstamped Replication's recovery (Liskov and Cowling 2012, section 4.3)
  * and NOPaxos section 5.3.2, it asks under a fresh nonce and waits for f+1
  * OTHER replicas, adopting the highest promise among them and, for each
- * slot after the highest snapshot, the highest-ballot entry (phase 1's
- * rule), persisting that before it acts as an acceptor again.
+ * slot after the highest applied index among them, the highest-ballot
+ * entry (phase 1's rule); then (phase 3) it fetches a state at or past
+ * that index as a chunked stream (cons_xfer.h) and persists all of it
+ * before it acts as an acceptor again.
  *
  * That alone is not enough (the simulator's seed 66913 shows it): votes
  * the replica cast BEFORE it lost its disk are still counted by others. A
@@ -31,7 +33,7 @@
  *    generation of this replica they know; the new generation is one
  *    more. Phase 2 announces it: each responder raises known[me], makes
  *    that durable and only then answers with its promise, crash vector,
- *    snapshot and entries. Any two sets of f+1 others intersect, so the
+ *    applied index and the entries after it. Any two sets of f+1 others intersect, so the
  *    new generation exceeds every generation that finished phase 2.
  *  - Every vote (PROMISE, ACCEPTED) carries the voter's crash vector. A
  *    candidate or leader merges it before counting; a vote whose sender's

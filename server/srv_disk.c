@@ -118,11 +118,20 @@ static int check_proto(struct srv_disk *d, int has_meta)
     return 0;
 }
 
-/* The open's transaction: protocol check, wipe without META, empty state
- * machine (u32 count 0: the snapshot layout of kv_sm and kv_mem). */
+/* Empties the state machine: the stream of an empty state (cons.h), HEAD
+ * (applied 0, clock 0) and END (no sessions, no pairs). */
+static int empty_sm(struct srv_disk *d)
+{
+    static const uint8_t empty_state[34] = {CONS_SNAP_HEAD, [17] = CONS_SNAP_END};
+    return cons_sm_restore(&d->sm, empty_state, sizeof empty_state);
+}
+
+/* The open's transaction: protocol check, wipe without META, and an empty
+ * state machine wherever the core will not take it as it is: a core that
+ * rebuilds it from its own records (cons_core_ops.sm_durable 0), or a
+ * disk without a complete state. */
 static int prepare(struct srv_disk *d)
 {
-    static const uint8_t empty_state[4];
     uint8_t proto = (uint8_t)d->proto;
     size_t mlen;
     int rc = meta_len(d, SRV_DISK_META_KEY, &mlen);
@@ -132,8 +141,8 @@ static int prepare(struct srv_disk *d)
         rc = kv_meta_put(d->store, SRV_DISK_PROTO_KEY, &proto, 1);
     if (rc == 0 && mlen == 0)
         rc = wipe_records(d);
-    if (rc == 0)
-        rc = d->sm.ops->install(d->sm.impl, empty_state, sizeof empty_state);
+    if (rc == 0 && (mlen == 0 || !cons_core_ops_of(d->proto)->sm_durable))
+        rc = empty_sm(d);
     if (rc == 0)
         return kv_write_commit(d->store);
     kv_write_abort(d->store);
@@ -274,6 +283,8 @@ int srv_disk_wipe(struct srv_disk *d)
     if (d->poisoned)
         return FK_EPOISONED;
     int rc = wipe_records(d);
+    if (rc == 0)
+        rc = empty_sm(d); /* a replica that starts EMPTY holds no state */
     if (rc < 0 && rc != FK_EINVAL)
         poison(d, "wipe", rc);
     return rc;

@@ -180,6 +180,39 @@ static int srv__override(const struct srv__flags *f, struct srv_opts *o, char *e
     return 0;
 }
 
+/* The quota (the protocol's default, and its most) and the LMDB map for
+ * it (--map-size, else the file's, else what the quota needs), once the
+ * protocol is known. */
+static int srv__limits(struct srv_opts *o, const char *config, uint64_t map_flag, char *err,
+                       size_t cap)
+{
+    int nop = o->cluster.protocol == FK_PROTO_NOPAXOS;
+    uint64_t most = nop ? SRV_NOP_QUOTA_MAX : SRV_QUOTA_MAX;
+    o->quota = o->cluster.quota ? o->cluster.quota : nop ? SRV_NOP_QUOTA_MAX : SRV_QUOTA_BYTES;
+    if (o->quota > most) {
+        snprintf(err, cap,
+                 "%s: quota %llu bytes: %s holds at most %llu in this version%s (README, Limits)",
+                 config, (unsigned long long)o->quota, nop ? "nopaxos" : "multipaxos",
+                 (unsigned long long)most,
+                 nop ? " (its checkpoint still travels whole in one message)" : "");
+        return FK_ECONFIG;
+    }
+    uint64_t need = SRV_MAP_NEED(o->quota);
+    o->map_size = map_flag                 ? map_flag
+                  : o->cluster.map_size    ? o->cluster.map_size
+                  : need > SRV_MAP_DEFAULT ? need
+                                           : SRV_MAP_DEFAULT;
+    if (o->map_size < need) {
+        snprintf(err, cap,
+                 "map size %llu bytes: the quota of %llu needs at least %llu (twice the data: a "
+                 "state transfer stages the new state beside the old; and the log)",
+                 (unsigned long long)o->map_size, (unsigned long long)o->quota,
+                 (unsigned long long)need);
+        return FK_ECONFIG;
+    }
+    return 0;
+}
+
 int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t cap)
 {
     struct srv__flags f = {0};
@@ -206,21 +239,6 @@ int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t 
     rc = fk_conf_load(f.config, &o->cluster, err, cap);
     if (rc < 0)
         return rc;
-    o->map_size = f.map_size || !o->cluster.map_size ? mib << 20 : o->cluster.map_size;
-    o->quota = o->cluster.quota ? o->cluster.quota : SRV_QUOTA_BYTES;
-    if (o->quota > SRV_QUOTA_MAX) {
-        snprintf(err, cap,
-                 "%s: quota %llu bytes: this version holds at most %u (a snapshot still travels "
-                 "whole in one message; README, Limits)",
-                 f.config, (unsigned long long)o->quota, (unsigned)SRV_QUOTA_MAX);
-        return FK_ECONFIG;
-    }
-    if (o->map_size < 4 * (uint64_t)SRV_QUOTA_MAX) {
-        snprintf(err, cap,
-                 "map size %llu bytes: at least %u are needed (the quota, snapshots, the log)",
-                 (unsigned long long)o->map_size, 4u * SRV_QUOTA_MAX);
-        return FK_ECONFIG;
-    }
     if (o->cluster.n_nodes > CONS_REPLICAS_MAX) {
         snprintf(err, cap, "%s: %u nodes: a replica group has at most %u replicas", f.config,
                  o->cluster.n_nodes, (unsigned)CONS_REPLICAS_MAX);
@@ -233,5 +251,6 @@ int srv_opts_parse(int argc, char **argv, struct srv_opts *o, char *err, size_t 
         return FK_EINVAL;
     }
     o->id = (uint32_t)id;
-    return srv__override(&f, o, err, cap);
+    rc = srv__override(&f, o, err, cap);
+    return rc < 0 ? rc : srv__limits(o, f.config, f.map_size ? mib << 20 : 0, err, cap);
 }

@@ -1,6 +1,7 @@
 /* Unit tests for server/srv_opts: flags override the cluster file. */
 #include "check.h"
 #include "fk_error.h"
+#include "srv_node.h" /* SRV_MAP_NEED */
 #include "srv_opts.h"
 
 #include <errno.h>
@@ -55,13 +56,13 @@ TEST(opts_file_values_and_overrides)
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "127.0.0.1:9000");
     CHECK_EQ_U64(o.map_size, 1024ULL << 20);
     CHECK_OK(parse("--config", path, "--id=2", "--protocol", "multipaxos", "-D", "async", "-f",
-                   "tcp", "-m", "off", "-M", "64", "-l", "debug", END));
+                   "tcp", "-m", "off", "-M", "8192", "-l", "debug", END));
     CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_MULTIPAXOS);
     CHECK_EQ_I64(o.cluster.durability, FK_DURABLE_ASYNC);
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "");
-    CHECK_EQ_U64(o.map_size, 64ULL << 20);
-    CHECK_EQ_U64(o.quota, 1u << 20); /* the default */
+    CHECK_EQ_U64(o.map_size, 8192ULL << 20);
+    CHECK_EQ_U64(o.quota, 2ULL << 30); /* Multi-Paxos's default, as etcd's */
     CHECK_EQ_I64(o.log_level, FK_LOG_DEBUG);
     CHECK_OK(parse("-c", path, "-i", "1", "-d", "/var/x", END));
     CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/var/x");
@@ -113,19 +114,31 @@ TEST(opts_errors_are_clear)
           q);
     fclose(q);
     expect(parse("-c", path, "-i", "0", END), FK_ECONFIG,
-           "quota 2147483648 bytes: this version holds at most 1572860");
+           "quota 2147483648 bytes: nopaxos holds at most 1572860 in this version");
+    /* Multi-Paxos holds it; its default map is the room the quota needs. */
+    q = fopen(path, "w");
+    CHECK(q != NULL);
+    fputs("[cluster]\ntoken = 0123456789abcdef\nprotocol = multipaxos\nquota = 2GiB\n"
+          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
+          q);
+    fclose(q);
+    CHECK_OK(parse("-c", path, "-i", "0", END));
+    CHECK_EQ_U64(o.quota, 2ULL << 30);
+    CHECK_EQ_U64(o.map_size, SRV_MAP_NEED(2ULL << 30));
+    expect(parse("-c", path, "-i", "0", "-M", "4096", END), FK_ECONFIG,
+           "map size 4294967296 bytes: the quota of 2147483648 needs at least");
     /* The file's quota and map size, and --map-size over the file. */
     q = fopen(path, "w");
     CHECK(q != NULL);
-    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 512KiB\nmap_size = 64MiB\n"
+    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 512KiB\nmap_size = 128MiB\n"
           "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
           q);
     fclose(q);
     CHECK_OK(parse("-c", path, "-i", "0", END));
     CHECK_EQ_U64(o.quota, 512u << 10);
-    CHECK_EQ_U64(o.map_size, 64u << 20);
-    CHECK_OK(parse("-c", path, "-i", "0", "-M", "128", END));
     CHECK_EQ_U64(o.map_size, 128u << 20);
+    CHECK_OK(parse("-c", path, "-i", "0", "-M", "256", END));
+    CHECK_EQ_U64(o.map_size, 256u << 20);
     expect(parse("-c", path, "-i", "0", "-M", "1", END), FK_ECONFIG, "map size 1048576 bytes");
     /* Nine nodes: a valid cluster file, but more replicas than a group has. */
     FILE *f = fopen(path, "w");
