@@ -6,13 +6,23 @@
 #include "kv.h" /* kv_key_cmp: the order scans share with the simulator */
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 /* A key goes into LMDB's data database as it is. */
 _Static_assert(CONS_KEY_MAX <= KV_STORE_KEY_MAX, "every key fits LMDB's key limit");
+_Static_assert(CONS_SNAP_OPEN_MAX <= KV_STORE_VIEWS_MAX, "a store slot for every view");
+_Static_assert(CONS_SNAP_CURSOR_MAX >= 1 + CONS_KEY_MAX && CONS_SNAP_CURSOR_MAX >= 1 + 8,
+               "a cursor holds a phase and a key or a client id");
+_Static_assert(KV_SM_PAIR_LEN(CONS_KEY_MAX, CONS_VAL_MAX) == CONS_SNAP_RECORD_MAX &&
+                   KV_SM_SESSION_LEN <= CONS_SNAP_RECORD_MAX &&
+                   KV_SM_HEAD_LEN <= CONS_SNAP_RECORD_MAX,
+               "every record fits a chunk of CONS_SNAP_RECORD_MAX");
+_Static_assert(KV_SM_SESSION_LEN == 1 + 8 + KV_SM_ROW_LEN, "a SESSION record is tag, id, row");
 
 #define KV_SM_BYTES_KEY "sm.bytes"
+#define KV_SM_MARK_KEY  "sm.mark"
 
 int kv_sm_init(struct kv_sm *sm, struct kv_store *store, uint64_t quota_bytes)
 {
@@ -21,6 +31,8 @@ int kv_sm_init(struct kv_sm *sm, struct kv_store *store, uint64_t quota_bytes)
     sm->store = store;
     sm->quota_bytes = quota_bytes ? quota_bytes : KV_SM_QUOTA_DEFAULT;
     sm->bytes = 0;
+    memset(&sm->in, 0, sizeof sm->in);
+    sm->in.stage = KV_SM_STAGE_NONE;
     uint8_t buf[8];
     size_t len;
     int rc = kv_meta_get(store, KV_SM_BYTES_KEY, buf, sizeof buf, &len);
@@ -249,8 +261,502 @@ static int kv__install(void *impl, const uint8_t *buf, size_t len)
     return rc;
 }
 
+/* ---- sessions and the mark ------------------------------------------------
+ * Each is one LMDB put or delete in the caller's write transaction: they
+ * run once per client operation and once per applied entry. */
+
+static void kv__row_encode(uint8_t row[KV_SM_ROW_LEN], const struct cons_session *se)
+{
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, row, KV_SM_ROW_LEN);
+    cons_w_u64(&w, se->req_no);
+    cons_w_u64(&w, se->stamp);
+    cons_w_u32(&w, (uint32_t)se->status);
+    assert(w.err == 0 && w.len == KV_SM_ROW_LEN);
+}
+
+static int kv__session(void *impl, const struct cons_session *se)
+{
+    struct kv_sm *sm = impl;
+    if (se == NULL || se->client_id == 0)
+        return FK_EINVAL;
+    if (se->req_no == 0) { /* an eviction; a row never written is gone already */
+        int rc = kv_client_del(sm->store, se->client_id);
+        return rc == FK_ENOTFOUND ? 0 : rc;
+    }
+    uint8_t row[KV_SM_ROW_LEN];
+    kv__row_encode(row, se);
+    return kv_client_put(sm->store, se->client_id, row, sizeof row);
+}
+
+static int kv__mark(void *impl, uint64_t applied, uint64_t clock)
+{
+    struct kv_sm *sm = impl;
+    uint8_t b[16];
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, b, sizeof b);
+    cons_w_u64(&w, applied);
+    cons_w_u64(&w, clock);
+    assert(w.err == 0);
+    return kv_meta_put(sm->store, KV_SM_MARK_KEY, b, sizeof b);
+}
+
+/* Decodes the mark a kv_meta_get or kv_view_meta_get returned (rc, b,
+ * len): absent is 0, 0. */
+static int kv__mark_decode(int rc, const uint8_t *b, size_t len, uint64_t *applied, uint64_t *clock)
+{
+    *applied = *clock = 0;
+    if (rc == FK_ENOTFOUND)
+        return 0;
+    if (rc == FK_ETOOBIG || (rc == 0 && len != 16))
+        return FK_EMALFORMED; /* not a mark we wrote */
+    if (rc < 0)
+        return rc;
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, b, len);
+    *applied = cons_r_u64(&r);
+    *clock = cons_r_u64(&r);
+    return cons_r_done(&r);
+}
+
+struct kv__load_ctx {
+    cons_session_fn fn;
+    void *arg;
+    int rc; /* fn's nonzero return, or FK_EMALFORMED for a bad row */
+};
+
+static int kv__load_visit(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    struct kv__load_ctx *c = arg;
+    if (kl != sizeof(uint64_t) || vl != KV_SM_ROW_LEN) {
+        c->rc = FK_EMALFORMED;
+        return 1;
+    }
+    struct cons_session se;
+    struct cons_rbuf r;
+    memcpy(&se.client_id, k, sizeof se.client_id);
+    cons_rbuf_init(&r, v, vl);
+    se.req_no = cons_r_u64(&r);
+    se.stamp = cons_r_u64(&r);
+    se.status = (int32_t)cons_r_u32(&r);
+    c->rc = c->fn(c->arg, &se);
+    return c->rc != 0;
+}
+
+static int kv__load(void *impl, uint64_t *applied, uint64_t *clock, cons_session_fn fn, void *arg)
+{
+    struct kv_sm *sm = impl;
+    uint8_t b[16];
+    size_t len = 0;
+    int rc = kv_meta_get(sm->store, KV_SM_MARK_KEY, b, sizeof b, &len);
+    rc = kv__mark_decode(rc, b, len, applied, clock);
+    if (rc < 0 || fn == NULL)
+        return rc;
+    struct kv__load_ctx c = {.fn = fn, .arg = arg, .rc = 0};
+    rc = kv_client_scan(sm->store, kv__load_visit, &c);
+    return rc < 0 ? rc : c.rc;
+}
+
+/* ---- sending: views and chunks --------------------------------------- */
+
+static int kv__view_mark(struct kv_sm *sm, uint32_t slot, uint64_t *applied, uint64_t *clock)
+{
+    uint8_t b[16];
+    size_t len = 0;
+    int rc = kv_view_meta_get(sm->store, slot, KV_SM_MARK_KEY, b, sizeof b, &len);
+    return kv__mark_decode(rc, b, len, applied, clock);
+}
+
+static int kv__snap_open(void *impl, uint32_t slot, uint64_t *applied)
+{
+    struct kv_sm *sm = impl;
+    uint64_t clock;
+    if (slot >= CONS_SNAP_OPEN_MAX || applied == NULL)
+        return FK_EINVAL;
+    int rc = kv_view_open(sm->store, slot);
+    if (rc == 0)
+        rc = kv__view_mark(sm, slot, applied, &clock);
+    if (rc < 0)
+        kv_view_close(sm->store, slot);
+    return rc;
+}
+
+static void kv__snap_close(void *impl, uint32_t slot)
+{
+    struct kv_sm *sm = impl;
+    if (slot < CONS_SNAP_OPEN_MAX)
+        kv_view_close(sm->store, slot);
+}
+
+/* A position in the stream: the decoded cursor (kv_sm.h). phase 0 is the
+ * start. key points into the cursor or into the chunk being written. */
+struct kv__pos {
+    uint8_t phase;
+    int has_client;
+    uint64_t client;
+    const uint8_t *key;
+    size_t klen; /* 0: no pair sent yet */
+};
+
+static int kv__cursor_decode(const uint8_t *cur, size_t len, struct kv__pos *p)
+{
+    memset(p, 0, sizeof *p);
+    if (len == 0)
+        return 0;
+    p->phase = cur[0];
+    if (p->phase == KV_SM_CUR_SESSIONS && (len == 1 || len == 9)) {
+        p->has_client = len == 9;
+        if (p->has_client)
+            memcpy(&p->client, cur + 1, sizeof p->client);
+        return 0;
+    }
+    if (p->phase == KV_SM_CUR_PAIRS && len <= 1 + CONS_KEY_MAX) {
+        p->key = len > 1 ? cur + 1 : NULL;
+        p->klen = len - 1;
+        return 0;
+    }
+    return FK_EINVAL; /* not a cursor of ours, or past END */
+}
+
+static void kv__cursor_encode(const struct kv__pos *p, uint8_t *cur, size_t *len)
+{
+    assert(p->phase >= KV_SM_CUR_SESSIONS && p->phase <= KV_SM_CUR_DONE);
+    cur[0] = p->phase;
+    *len = 1;
+    if (p->phase == KV_SM_CUR_SESSIONS && p->has_client) {
+        memcpy(cur + 1, &p->client, sizeof p->client);
+        *len = 1 + sizeof p->client;
+    } else if (p->phase == KV_SM_CUR_PAIRS && p->klen > 0) {
+        memmove(cur + 1, p->key, p->klen); /* the key may already be there */
+        *len = 1 + p->klen;
+    }
+    assert(*len <= CONS_SNAP_CURSOR_MAX);
+}
+
+/* One chunk being written: records go into w while they fit. */
+struct kv__chunk {
+    struct cons_wbuf w;
+    struct kv__pos *pos;
+    int full; /* a record did not fit: the chunk ends here */
+};
+
+static int kv__emit_session(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    struct kv__chunk *c = arg;
+    if (kl != sizeof(uint64_t) || vl != KV_SM_ROW_LEN)
+        return FK_EMALFORMED; /* a row we never wrote */
+    if (c->w.cap - c->w.len < KV_SM_SESSION_LEN) {
+        c->full = 1;
+        return 1;
+    }
+    cons_w_u8(&c->w, CONS_SNAP_SESSION);
+    cons_w_bytes(&c->w, k, kl); /* the native id is little-endian (cons.h) */
+    cons_w_bytes(&c->w, v, vl); /* the row is the record's remaining layout */
+    memcpy(&c->pos->client, k, sizeof c->pos->client);
+    c->pos->has_client = 1;
+    return 0;
+}
+
+static int kv__emit_pair(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    struct kv__chunk *c = arg;
+    if (kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX)
+        return FK_EMALFORMED; /* a pair apply never wrote */
+    if (c->w.cap - c->w.len < KV_SM_PAIR_LEN(kl, vl)) {
+        c->full = 1;
+        return 1;
+    }
+    cons_w_u8(&c->w, CONS_SNAP_PAIR);
+    cons_w_u16(&c->w, (uint16_t)kl);
+    c->pos->key = c->w.p + c->w.len; /* the chunk keeps the key for the cursor */
+    c->pos->klen = kl;
+    cons_w_bytes(&c->w, k, kl);
+    cons_w_u32(&c->w, (uint32_t)vl);
+    cons_w_bytes(&c->w, v, vl);
+    return 0;
+}
+
+static int kv__emit_head(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
+{
+    uint64_t applied, clock;
+    int rc = kv__view_mark(sm, slot, &applied, &clock);
+    if (rc < 0)
+        return rc;
+    cons_w_u8(&c->w, CONS_SNAP_HEAD);
+    cons_w_u64(&c->w, applied);
+    cons_w_u64(&c->w, clock);
+    c->pos->phase = KV_SM_CUR_SESSIONS;
+    return 0;
+}
+
+/* END's counts are the view's: mdb_stat in its transaction. */
+static int kv__emit_end(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
+{
+    uint64_t pairs, sessions;
+    if (c->w.cap - c->w.len < KV_SM_END_LEN) {
+        c->full = 1;
+        return 0;
+    }
+    int rc = kv_view_counts(sm->store, slot, &pairs, &sessions);
+    if (rc < 0)
+        return rc;
+    cons_w_u8(&c->w, CONS_SNAP_END);
+    cons_w_u64(&c->w, sessions);
+    cons_w_u64(&c->w, pairs);
+    c->pos->phase = KV_SM_CUR_DONE;
+    return 0;
+}
+
+/* Writes records from pos on until one does not fit or END is written;
+ * each phase that runs out moves pos to the next. */
+static int kv__emit(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
+{
+    struct kv__pos *p = c->pos;
+    int rc = 0;
+    if (p->phase == 0)
+        rc = kv__emit_head(sm, slot, c); /* a chunk always has room for HEAD */
+    if (rc == 0 && p->phase == KV_SM_CUR_SESSIONS) {
+        uint64_t after = p->client;
+        rc = kv_view_client_scan(sm->store, slot, p->has_client ? &after : NULL, kv__emit_session,
+                                 c);
+        if (rc >= 0 && !c->full)
+            p->phase = KV_SM_CUR_PAIRS;
+    }
+    if (rc >= 0 && !c->full && p->phase == KV_SM_CUR_PAIRS) {
+        rc = kv_view_data_scan(sm->store, slot, p->key, p->klen, kv__emit_pair, c);
+        if (rc >= 0 && !c->full)
+            rc = kv__emit_end(sm, slot, c);
+    }
+    return rc < 0 ? rc : 0;
+}
+
+static int kv__snap_read(void *impl, uint32_t slot, uint8_t *cursor, size_t *cursor_len,
+                         uint8_t *buf, size_t cap, size_t *len)
+{
+    struct kv_sm *sm = impl;
+    struct kv__pos pos;
+    if (slot >= CONS_SNAP_OPEN_MAX || cursor == NULL || cursor_len == NULL || buf == NULL ||
+        len == NULL || cap < CONS_SNAP_RECORD_MAX || *cursor_len > CONS_SNAP_CURSOR_MAX)
+        return FK_EINVAL;
+    int rc = kv__cursor_decode(cursor, *cursor_len, &pos);
+    if (rc < 0)
+        return rc;
+    struct kv__chunk c = {.pos = &pos, .full = 0};
+    cons_wbuf_init(&c.w, buf, cap);
+    assert(pos.phase != KV_SM_CUR_DONE && pos.klen <= CONS_KEY_MAX);
+    rc = kv__emit(sm, slot, &c);
+    if (rc < 0)
+        return rc;
+    /* Every record fits a chunk of CONS_SNAP_RECORD_MAX, so each read
+     * makes progress. */
+    assert(c.w.err == 0 && c.w.len > 0);
+    kv__cursor_encode(&pos, cursor, cursor_len);
+    *len = c.w.len;
+    return pos.phase == KV_SM_CUR_DONE;
+}
+
+/* ---- receiving: staging and the switch ----------------------------------
+ * An explicit state machine (enum kv_sm_stage): each record kind is taken
+ * in the stages that allow it and moves the stage on; everything else is
+ * FK_EMALFORMED. Records are written to the staging set as they come, in
+ * the caller's write transaction. */
+
+static void kv__install_end(struct kv_sm *sm)
+{
+    sm->in.stage = KV_SM_STAGE_NONE;
+}
+
+/* What the stages promise about the counts, checked after every record. */
+static void kv__install_invariants(const struct kv_sm *sm)
+{
+    const struct kv_sm_install *in = &sm->in;
+    assert(in->stage > KV_SM_STAGE_NONE && in->stage <= KV_SM_STAGE_END);
+    assert(in->stage > KV_SM_STAGE_HEAD || (in->sessions == 0 && in->pairs == 0));
+    assert(in->stage != KV_SM_STAGE_SESSIONS || in->pairs == 0);
+    assert((in->sessions == 0) == (in->last_client == 0));
+    assert((in->pairs == 0) == (in->last_klen == 0) && in->last_klen <= CONS_KEY_MAX);
+    assert(in->bytes <= sm->quota_bytes && in->sessions <= CONS_CLIENTS_MAX);
+    assert(in->bytes >= in->pairs * (1 + KV_SM_PAIR_BYTES));
+}
+
+static int kv__in_head(struct kv_sm *sm, struct cons_rbuf *r)
+{
+    struct kv_sm_install *in = &sm->in;
+    in->applied = cons_r_u64(r);
+    in->clock = cons_r_u64(r);
+    if (r->err || in->stage != KV_SM_STAGE_HEAD)
+        return FK_EMALFORMED;
+    in->stage = KV_SM_STAGE_SESSIONS;
+    return 0;
+}
+
+static int kv__in_session(struct kv_sm *sm, struct cons_rbuf *r)
+{
+    struct kv_sm_install *in = &sm->in;
+    uint64_t id = cons_r_u64(r);
+    const uint8_t *row = cons_r_bytes(r, KV_SM_ROW_LEN); /* req_no, stamp, status */
+    uint64_t req_no = 0;
+    if (row != NULL)
+        memcpy(&req_no, row, sizeof req_no);
+    if (r->err || in->stage != KV_SM_STAGE_SESSIONS || id <= in->last_client || req_no == 0)
+        return FK_EMALFORMED;
+    if (in->sessions == CONS_CLIENTS_MAX)
+        return FK_EFULL;
+    int rc = kv_stage_client_put(sm->store, id, row, KV_SM_ROW_LEN);
+    if (rc < 0)
+        return rc;
+    in->last_client = id;
+    in->sessions++;
+    return 0;
+}
+
+static int kv__in_pair(struct kv_sm *sm, struct cons_rbuf *r)
+{
+    struct kv_sm_install *in = &sm->in;
+    uint16_t kl = cons_r_u16(r);
+    const uint8_t *k = cons_r_bytes(r, kl);
+    uint32_t vl = cons_r_u32(r);
+    const uint8_t *v = vl <= CONS_VAL_MAX ? cons_r_bytes(r, vl) : NULL;
+    if (r->err || kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX)
+        return FK_EMALFORMED;
+    if (in->stage != KV_SM_STAGE_SESSIONS && in->stage != KV_SM_STAGE_PAIRS)
+        return FK_EMALFORMED;
+    if (in->last_klen > 0 && kv_key_cmp(in->last_key, in->last_klen, k, kl) >= 0)
+        return FK_EMALFORMED; /* keys strictly increase */
+    uint64_t bytes = in->bytes + kl + vl + KV_SM_PAIR_BYTES;
+    if (bytes > sm->quota_bytes)
+        return FK_EFULL;
+    int rc = kv_stage_data_put(sm->store, k, kl, v, vl);
+    if (rc < 0)
+        return rc;
+    in->stage = KV_SM_STAGE_PAIRS;
+    memcpy(in->last_key, k, kl);
+    in->last_klen = kl;
+    in->bytes = bytes;
+    in->pairs++;
+    return 0;
+}
+
+/* END's counts must match what was staged: a stream that lost records
+ * in between is refused here, before the switch. */
+static int kv__in_end(struct kv_sm *sm, struct cons_rbuf *r)
+{
+    struct kv_sm_install *in = &sm->in;
+    uint64_t sessions = cons_r_u64(r);
+    uint64_t pairs = cons_r_u64(r);
+    if (r->err || (in->stage != KV_SM_STAGE_SESSIONS && in->stage != KV_SM_STAGE_PAIRS))
+        return FK_EMALFORMED;
+    if (sessions != in->sessions || pairs != in->pairs)
+        return FK_EMALFORMED;
+    in->stage = KV_SM_STAGE_END;
+    return 0;
+}
+
+static int kv__in_record(struct kv_sm *sm, struct cons_rbuf *r)
+{
+    switch (cons_r_u8(r)) {
+    case CONS_SNAP_HEAD:
+        return kv__in_head(sm, r);
+    case CONS_SNAP_SESSION:
+        return kv__in_session(sm, r);
+    case CONS_SNAP_PAIR:
+        return kv__in_pair(sm, r);
+    case CONS_SNAP_END:
+        return kv__in_end(sm, r);
+    default:
+        return FK_EMALFORMED; /* an unknown tag */
+    }
+}
+
+/* An install in progress whose staged records are all still there: a
+ * write transaction aborted since install_begin took some with it. */
+static int kv__install_live(struct kv_sm *sm)
+{
+    if (sm->in.stage == KV_SM_STAGE_NONE)
+        return FK_EINVAL;
+    if (kv_write_aborts(sm->store) != sm->in.aborts) {
+        kv__install_end(sm);
+        return FK_EINVAL;
+    }
+    return 0;
+}
+
+static int kv__install_begin(void *impl)
+{
+    struct kv_sm *sm = impl;
+    kv__install_end(sm);
+    int rc = kv_stage_clear(sm->store); /* what an unfinished install left */
+    if (rc < 0)
+        return rc;
+    memset(&sm->in, 0, offsetof(struct kv_sm_install, last_key));
+    sm->in.aborts = kv_write_aborts(sm->store);
+    sm->in.stage = KV_SM_STAGE_HEAD;
+    return 0;
+}
+
+static int kv__install_chunk(void *impl, const uint8_t *buf, size_t len)
+{
+    struct kv_sm *sm = impl;
+    int rc = kv__install_live(sm);
+    if (rc < 0)
+        return rc;
+    if (buf == NULL || len == 0)
+        rc = FK_EMALFORMED; /* a chunk holds at least one record */
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, buf, len);
+    /* Bounded: each record consumes at least its tag byte. */
+    while (rc == 0 && r.off < r.len) {
+        rc = kv__in_record(sm, &r);
+        if (rc == 0)
+            kv__install_invariants(sm);
+    }
+    if (rc < 0)
+        kv__install_end(sm);
+    return rc;
+}
+
+/* The switch, the mark and the byte count share the caller's write
+ * transaction: it commits the new state whole or not at all. */
+static int kv__install_commit(void *impl)
+{
+    struct kv_sm *sm = impl;
+    int rc = kv__install_live(sm);
+    if (rc < 0)
+        return rc;
+    if (sm->in.stage != KV_SM_STAGE_END)
+        rc = FK_EMALFORMED; /* the stream was cut short */
+    else
+        kv__install_invariants(sm);
+    if (rc == 0)
+        rc = kv_stage_switch(sm->store);
+    if (rc == 0)
+        rc = kv__mark(sm, sm->in.applied, sm->in.clock);
+    if (rc == 0)
+        rc = kv__save_bytes(sm, sm->in.bytes);
+    kv__install_end(sm);
+    return rc;
+}
+
+/* The staged records stay on disk until the next install_begin empties
+ * them: emptying here could fail, and a failed write aborts the caller's
+ * whole transaction, which an abort must not do. */
+static void kv__install_abort(void *impl)
+{
+    kv__install_end(impl);
+}
+
 static const struct cons_sm_ops kv__sm_ops = {
     .apply = kv__apply,
+    .session = kv__session,
+    .mark = kv__mark,
+    .load = kv__load,
+    .snap_open = kv__snap_open,
+    .snap_read = kv__snap_read,
+    .snap_close = kv__snap_close,
+    .install_begin = kv__install_begin,
+    .install_chunk = kv__install_chunk,
+    .install_commit = kv__install_commit,
+    .install_abort = kv__install_abort,
     .snapshot = kv__snapshot,
     .install = kv__install,
 };

@@ -14,17 +14,58 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { KV_DB_LOG, KV_DB_DATA, KV_DB_META, KV_DB_CLIENTS, KV_DB_COUNT };
-static const char *const kv__db_names[KV_DB_COUNT] = {"log", "data", "meta", "clients"};
+/* The databases. Set k's data and clients are KV_DB_DATA + 2k and
+ * KV_DB_CLIENTS + 2k (kv__dbi); set 0 keeps the names older environments
+ * have. */
+enum { KV_DB_LOG, KV_DB_META, KV_DB_DATA, KV_DB_CLIENTS, KV_DB_DATA1, KV_DB_CLIENTS1, KV_DB_COUNT };
+static const char *const kv__db_names[KV_DB_COUNT] = {"log",     "meta",   "data",
+                                                      "clients", "data.1", "clients.1"};
+_Static_assert(KV_DB_DATA1 == KV_DB_DATA + 2 && KV_DB_CLIENTS1 == KV_DB_CLIENTS + 2,
+               "set k's databases are set 0's plus 2k");
+
+/* A view slot. Its transaction and cursors are allocated at the slot's
+ * first open and kept (reset, renewed) afterwards: reading a view never
+ * allocates. */
+struct kv__view {
+    MDB_txn *txn;                 /* NULL before the first open; reset while closed */
+    MDB_cursor *cur[KV_DB_COUNT]; /* opened at first use, renewed at each open */
+    uint8_t open;
+    uint8_t set; /* the set live in this view's picture */
+};
 
 struct kv_store {
     MDB_env *env;
     MDB_dbi dbi[KV_DB_COUNT];
-    MDB_txn *wtxn; /* the open write transaction, or NULL */
-    MDB_txn *rtxn; /* a read transaction kept reset between reads */
+    MDB_txn *wtxn;                 /* the open write transaction, or NULL */
+    MDB_txn *rtxn;                 /* a read transaction kept reset between reads */
+    MDB_cursor *rcur[KV_DB_COUNT]; /* rtxn's scan cursors, renewed per scan */
+    MDB_cursor *wcur[KV_DB_COUNT]; /* wtxn's, opened by its first scan; LMDB frees them */
+    uint8_t live;                  /* the committed live set */
+    uint8_t wlive;                 /* the live set in wtxn (a switch changes it) */
+    uint64_t aborts;               /* write transactions that did not commit */
+    struct kv__view views[KV_STORE_VIEWS_MAX];
     enum fk_durability durability;
     char mark[KV_STORE_PATH_MAX]; /* the boot mark's path (below) */
 };
+
+/* The index in s->dbi of database db in set `set` (only data and clients
+ * have two). */
+static int kv__idx(int db, uint8_t set)
+{
+    assert(set <= 1);
+    return db == KV_DB_DATA || db == KV_DB_CLIENTS ? db + 2 * set : db;
+}
+
+static MDB_dbi kv__dbi(const struct kv_store *s, int db, uint8_t set)
+{
+    return s->dbi[kv__idx(db, set)];
+}
+
+/* The live set as txn sees it: the write transaction may have switched. */
+static uint8_t kv__live(const struct kv_store *s, const MDB_txn *txn)
+{
+    return txn == s->wtxn ? s->wlive : s->live;
+}
 
 /* Maps an LMDB result to a flowkv code, logging what is not routine. */
 static int kv__err(const char *what, int rc)
@@ -56,6 +97,25 @@ static int kv__write_failed(struct kv_store *s, const char *what, int rc)
     return e;
 }
 
+/* Reads KV_STORE_LIVE_KEY in txn: absent = set 0 (an environment from
+ * before set 1 existed). */
+static int kv__read_live(const struct kv_store *s, MDB_txn *txn, uint8_t *live)
+{
+    MDB_val k = {.mv_size = strlen(KV_STORE_LIVE_KEY), .mv_data = (void *)KV_STORE_LIVE_KEY}, v;
+    int rc = mdb_get(txn, s->dbi[KV_DB_META], &k, &v);
+    *live = 0;
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc != 0)
+        return kv__err("read live set", rc);
+    if (v.mv_size != 1 || *(const uint8_t *)v.mv_data > 1) {
+        fk_error("store", "meta %s is corrupt (%zu bytes)", KV_STORE_LIVE_KEY, v.mv_size);
+        return FK_EMALFORMED;
+    }
+    *live = *(const uint8_t *)v.mv_data;
+    return 0;
+}
+
 static int kv__open_dbs(struct kv_store *s)
 {
     MDB_txn *txn = NULL;
@@ -64,7 +124,7 @@ static int kv__open_dbs(struct kv_store *s)
         return kv__err("open: begin", rc);
     for (int i = 0; i < KV_DB_COUNT; i++) {
         unsigned flags = MDB_CREATE;
-        if (i == KV_DB_LOG || i == KV_DB_CLIENTS)
+        if (i == KV_DB_LOG || i == KV_DB_CLIENTS || i == KV_DB_CLIENTS1)
             flags |= MDB_INTEGERKEY;
         rc = mdb_dbi_open(txn, kv__db_names[i], flags, &s->dbi[i]);
         if (rc != 0) {
@@ -72,6 +132,12 @@ static int kv__open_dbs(struct kv_store *s)
             return kv__err("open: dbi", rc);
         }
     }
+    rc = kv__read_live(s, txn, &s->live);
+    if (rc < 0) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    s->wlive = s->live;
     rc = mdb_txn_commit(txn);
     if (rc != 0)
         return kv__err("open: commit", rc);
@@ -214,6 +280,17 @@ void kv_store_close(struct kv_store *s)
     if (s == NULL)
         return;
     kv_write_abort(s);
+    for (uint32_t i = 0; i < KV_STORE_VIEWS_MAX; i++) {
+        struct kv__view *v = &s->views[i];
+        for (int db = 0; db < KV_DB_COUNT; db++)
+            if (v->cur[db] != NULL)
+                mdb_cursor_close(v->cur[db]);
+        if (v->txn != NULL)
+            mdb_txn_abort(v->txn); /* frees a reset handle and its reader slot too */
+    }
+    for (int db = 0; db < KV_DB_COUNT; db++)
+        if (s->rcur[db] != NULL)
+            mdb_cursor_close(s->rcur[db]);
     mdb_txn_abort(s->rtxn);
     kv__sync_unmark(s);
     mdb_env_close(s->env);
@@ -229,7 +306,21 @@ int kv_write_begin(struct kv_store *s)
 {
     if (s->wtxn != NULL)
         return FK_EBUSY;
+    s->wlive = s->live;
     return kv__err("write begin", mdb_txn_begin(s->env, NULL, 0, &s->wtxn));
+}
+
+/* The write transaction ended: LMDB freed its cursors; a switch in it
+ * holds only if it committed. */
+static void kv__write_ended(struct kv_store *s, int committed)
+{
+    s->wtxn = NULL;
+    memset(s->wcur, 0, sizeof s->wcur);
+    if (committed)
+        s->live = s->wlive;
+    else
+        s->aborts++;
+    s->wlive = s->live;
 }
 
 int kv_write_commit(struct kv_store *s)
@@ -238,7 +329,7 @@ int kv_write_commit(struct kv_store *s)
         return FK_EINVAL;
     /* mdb_txn_commit frees the transaction whether or not it succeeds. */
     int rc = mdb_txn_commit(s->wtxn);
-    s->wtxn = NULL;
+    kv__write_ended(s, rc == 0);
     return kv__err("commit", rc);
 }
 
@@ -246,24 +337,32 @@ void kv_write_abort(struct kv_store *s)
 {
     if (s->wtxn != NULL) {
         mdb_txn_abort(s->wtxn);
-        s->wtxn = NULL;
+        kv__write_ended(s, 0);
     }
 }
 
-static int kv__put(struct kv_store *s, int db, MDB_val *k, const void *val, size_t len,
-                   const char *what)
+uint64_t kv_write_aborts(const struct kv_store *s)
+{
+    return s->aborts;
+}
+
+/* Puts into database db of set `set` (ignored but for data and clients). */
+static int kv__put(struct kv_store *s, int db, uint8_t set, MDB_val *k, const void *val, size_t len,
+                   unsigned flags, const char *what)
 {
     if (s->wtxn == NULL)
         return FK_EINVAL;
     MDB_val v = {.mv_size = len, .mv_data = (void *)val};
-    int rc = mdb_put(s->wtxn, s->dbi[db], k, &v, 0);
+    int rc = mdb_put(s->wtxn, kv__dbi(s, db, set), k, &v, flags);
+    if (rc == MDB_KEYEXIST && (flags & MDB_APPEND))
+        return FK_EINVAL; /* out of order: LMDB wrote nothing, the transaction goes on */
     return rc ? kv__write_failed(s, what, rc) : 0;
 }
 
 int kv_log_put(struct kv_store *s, uint64_t index, const void *entry, size_t len)
 {
     MDB_val k = {.mv_size = sizeof index, .mv_data = &index};
-    return kv__put(s, KV_DB_LOG, &k, entry, len, "log put");
+    return kv__put(s, KV_DB_LOG, 0, &k, entry, len, 0, "log put");
 }
 
 int kv_meta_put(struct kv_store *s, const char *name, const void *val, size_t len)
@@ -271,48 +370,134 @@ int kv_meta_put(struct kv_store *s, const char *name, const void *val, size_t le
     if (name == NULL || name[0] == '\0' || strlen(name) > KV_STORE_KEY_MAX)
         return FK_EINVAL;
     MDB_val k = {.mv_size = strlen(name), .mv_data = (void *)name};
-    return kv__put(s, KV_DB_META, &k, val, len, "meta put");
+    return kv__put(s, KV_DB_META, 0, &k, val, len, 0, "meta put");
+}
+
+static int kv__key_check(const void *key, size_t klen)
+{
+    if (key == NULL || klen == 0 || klen > KV_STORE_KEY_MAX)
+        return klen > KV_STORE_KEY_MAX ? FK_ETOOBIG : FK_EINVAL;
+    return 0;
 }
 
 int kv_data_put(struct kv_store *s, const void *key, size_t klen, const void *val, size_t vlen)
 {
-    if (key == NULL || klen == 0 || klen > KV_STORE_KEY_MAX)
-        return klen > KV_STORE_KEY_MAX ? FK_ETOOBIG : FK_EINVAL;
+    int rc = kv__key_check(key, klen);
     MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
-    return kv__put(s, KV_DB_DATA, &k, val, vlen, "data put");
+    return rc < 0 ? rc : kv__put(s, KV_DB_DATA, s->wlive, &k, val, vlen, 0, "data put");
 }
 
 int kv_client_put(struct kv_store *s, uint64_t client_id, const void *rec, size_t len)
 {
     MDB_val k = {.mv_size = sizeof client_id, .mv_data = &client_id};
-    return kv__put(s, KV_DB_CLIENTS, &k, rec, len, "client put");
+    return kv__put(s, KV_DB_CLIENTS, s->wlive, &k, rec, len, 0, "client put");
+}
+
+static int kv__del(struct kv_store *s, int db, MDB_val *k, const char *what)
+{
+    if (s->wtxn == NULL)
+        return FK_EINVAL;
+    int rc = mdb_del(s->wtxn, kv__dbi(s, db, s->wlive), k, NULL);
+    return rc ? kv__write_failed(s, what, rc) : 0;
 }
 
 int kv_data_del(struct kv_store *s, const void *key, size_t klen)
 {
-    if (s->wtxn == NULL || key == NULL || klen == 0 || klen > KV_STORE_KEY_MAX)
+    if (key == NULL || klen == 0 || klen > KV_STORE_KEY_MAX)
         return FK_EINVAL;
     MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
-    int rc = mdb_del(s->wtxn, s->dbi[KV_DB_DATA], &k, NULL);
-    return rc ? kv__write_failed(s, "data del", rc) : 0;
+    return kv__del(s, KV_DB_DATA, &k, "data del");
 }
 
-static int kv__drop(struct kv_store *s, int db, const char *what)
+int kv_client_del(struct kv_store *s, uint64_t client_id)
+{
+    MDB_val k = {.mv_size = sizeof client_id, .mv_data = &client_id};
+    return kv__del(s, KV_DB_CLIENTS, &k, "client del");
+}
+
+static int kv__drop(struct kv_store *s, int db, uint8_t set, const char *what)
 {
     if (s->wtxn == NULL)
         return FK_EINVAL;
-    int rc = mdb_drop(s->wtxn, s->dbi[db], 0);
+    int rc = mdb_drop(s->wtxn, kv__dbi(s, db, set), 0);
     return rc ? kv__write_failed(s, what, rc) : 0;
 }
 
 int kv_data_clear(struct kv_store *s)
 {
-    return kv__drop(s, KV_DB_DATA, "data clear");
+    return kv__drop(s, KV_DB_DATA, s->wlive, "data clear");
 }
 
 int kv_client_clear(struct kv_store *s)
 {
-    return kv__drop(s, KV_DB_CLIENTS, "client clear");
+    return kv__drop(s, KV_DB_CLIENTS, s->wlive, "client clear");
+}
+
+/* ---- staging ------------------------------------------------------------
+ * The staging set is the one not live in the write transaction. Staged
+ * records are appended in order, so a large install fills pages left to
+ * right (MDB_APPEND) instead of splitting them. */
+
+int kv_stage_clear(struct kv_store *s)
+{
+    int rc = kv__drop(s, KV_DB_DATA, (uint8_t)!s->wlive, "stage clear");
+    return rc < 0 ? rc : kv__drop(s, KV_DB_CLIENTS, (uint8_t)!s->wlive, "stage clear");
+}
+
+int kv_stage_data_put(struct kv_store *s, const void *key, size_t klen, const void *val,
+                      size_t vlen)
+{
+    int rc = kv__key_check(key, klen);
+    MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
+    return rc < 0 ? rc
+                  : kv__put(s, KV_DB_DATA, (uint8_t)!s->wlive, &k, val, vlen, MDB_APPEND,
+                            "stage data put");
+}
+
+int kv_stage_client_put(struct kv_store *s, uint64_t client_id, const void *rec, size_t len)
+{
+    MDB_val k = {.mv_size = sizeof client_id, .mv_data = &client_id};
+    return kv__put(s, KV_DB_CLIENTS, (uint8_t)!s->wlive, &k, rec, len, MDB_APPEND,
+                   "stage client put");
+}
+
+/* The flip and the emptying of the old set share the transaction, so a
+ * crash commits both or neither. Emptying now, not at the next install,
+ * gives the old set's pages back as soon as no view reads them. */
+int kv_stage_switch(struct kv_store *s)
+{
+    if (s->wtxn == NULL)
+        return FK_EINVAL;
+    uint8_t old = s->wlive, now = (uint8_t)!old;
+    MDB_val k = {.mv_size = strlen(KV_STORE_LIVE_KEY), .mv_data = (void *)KV_STORE_LIVE_KEY};
+    int rc = kv__put(s, KV_DB_META, 0, &k, &now, 1, 0, "stage switch");
+    if (rc == 0)
+        rc = kv__drop(s, KV_DB_DATA, old, "stage switch");
+    if (rc == 0)
+        rc = kv__drop(s, KV_DB_CLIENTS, old, "stage switch");
+    if (rc == 0)
+        s->wlive = now; /* kv__write_ended makes it s->live at the commit */
+    return rc;
+}
+
+/* A cursor on database i (an index into s->dbi) in txn, the write
+ * transaction or the kept read one, opened once and then reused: the read
+ * transaction's is renewed for each read, the write transaction's lives
+ * until it ends (kv__write_ended). Returns an LMDB code. */
+static int kv__cursor(struct kv_store *s, MDB_txn *txn, int i, MDB_cursor **c)
+{
+    assert(txn == s->wtxn || txn == s->rtxn);
+    MDB_cursor **slot = txn == s->wtxn ? &s->wcur[i] : &s->rcur[i];
+    int rc = 0;
+    if (*slot == NULL) {
+        rc = mdb_cursor_open(txn, s->dbi[i], slot);
+        if (rc != 0)
+            *slot = NULL;
+    } else if (txn == s->rtxn) {
+        rc = mdb_cursor_renew(txn, *slot);
+    }
+    *c = *slot;
+    return rc;
 }
 
 /* Deletes log entries from the cursor position on while the key is below
@@ -343,11 +528,9 @@ static int kv__log_delete(struct kv_store *s, MDB_cursor_op first, uint64_t from
     if (s->wtxn == NULL)
         return FK_EINVAL;
     MDB_cursor *c;
-    int rc = mdb_cursor_open(s->wtxn, s->dbi[KV_DB_LOG], &c);
-    if (rc == 0) {
+    int rc = kv__cursor(s, s->wtxn, KV_DB_LOG, &c);
+    if (rc == 0)
         rc = kv__log_delete_from(s, c, first, from, below);
-        mdb_cursor_close(c);
-    }
     return rc ? kv__write_failed(s, what, rc) : 0;
 }
 
@@ -391,7 +574,7 @@ static int kv__get(struct kv_store *s, int db, MDB_val *k, void *buf, size_t cap
     int rc = kv__read_begin(s, &txn);
     if (rc < 0)
         return rc;
-    rc = kv__err("get", mdb_get(txn, s->dbi[db], k, &v));
+    rc = kv__err("get", mdb_get(txn, kv__dbi(s, db, kv__live(s, txn)), k, &v));
     if (rc == 0) {
         *len = v.mv_size;
         if (v.mv_size > cap)
@@ -420,10 +603,9 @@ int kv_meta_get(struct kv_store *s, const char *name, void *buf, size_t cap, siz
 int kv_data_get(struct kv_store *s, const void *key, size_t klen, void *buf, size_t cap,
                 size_t *len)
 {
-    if (key == NULL || klen == 0 || klen > KV_STORE_KEY_MAX)
-        return klen > KV_STORE_KEY_MAX ? FK_ETOOBIG : FK_EINVAL;
+    int rc = kv__key_check(key, klen);
     MDB_val k = {.mv_size = klen, .mv_data = (void *)key};
-    return kv__get(s, KV_DB_DATA, &k, buf, cap, len);
+    return rc < 0 ? rc : kv__get(s, KV_DB_DATA, &k, buf, cap, len);
 }
 
 int kv_client_get(struct kv_store *s, uint64_t client_id, void *buf, size_t cap, size_t *len)
@@ -440,53 +622,60 @@ int kv_log_bounds(struct kv_store *s, uint64_t *first, uint64_t *last)
     int rc = kv__read_begin(s, &txn);
     if (rc < 0)
         return rc;
-    rc = mdb_cursor_open(txn, s->dbi[KV_DB_LOG], &c);
-    if (rc == 0) {
+    rc = kv__cursor(s, txn, KV_DB_LOG, &c);
+    if (rc == 0)
         rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
-        if (rc == 0)
-            memcpy(first, k.mv_data, sizeof *first);
-        if (rc == 0)
-            rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
-        if (rc == 0)
-            memcpy(last, k.mv_data, sizeof *last);
-        mdb_cursor_close(c);
-    }
+    if (rc == 0)
+        memcpy(first, k.mv_data, sizeof *first);
+    if (rc == 0)
+        rc = mdb_cursor_get(c, &k, &v, MDB_LAST);
+    if (rc == 0)
+        memcpy(last, k.mv_data, sizeof *last);
     kv__read_end(s, txn);
     return kv__err("log bounds", rc);
 }
 
-/* Walks a database from a start position, calling fn; at most max pairs. */
-static int kv__scan(struct kv_store *s, int db, MDB_val *start, uint32_t max, kv_visit_fn fn,
+/* Walks c from start (inclusive, or exclusive with `after`; NULL: the
+ * first record), calling fn on at most max records until it returns
+ * nonzero. Returns the number visited, fn's negative return, or an error.
+ * Bounded by max and by the database's size. */
+static int kv__walk(MDB_cursor *c, const MDB_val *start, int after, uint32_t max, kv_visit_fn fn,
                     void *arg)
 {
-    MDB_txn *txn = NULL;
-    MDB_cursor *c;
-    MDB_val k, v;
-    int rc = kv__read_begin(s, &txn);
-    if (rc < 0)
-        return rc;
-    rc = mdb_cursor_open(txn, s->dbi[db], &c);
-    if (rc != 0) {
-        kv__read_end(s, txn);
-        return kv__err("scan", rc);
-    }
-    int visited = 0, stop = 0;
+    MDB_val k = {0}, v;
     if (start != NULL)
         k = *start;
-    rc = mdb_cursor_get(c, &k, &v, start != NULL ? MDB_SET_RANGE : MDB_FIRST);
+    int rc = mdb_cursor_get(c, &k, &v, start != NULL ? MDB_SET_RANGE : MDB_FIRST);
+    if (rc == 0 && after && start != NULL && k.mv_size == start->mv_size &&
+        memcmp(k.mv_data, start->mv_data, k.mv_size) == 0)
+        rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
+    int visited = 0, stop = 0;
     while (rc == 0 && (uint32_t)visited < max && stop == 0) {
         stop = fn(arg, k.mv_data, k.mv_size, v.mv_data, v.mv_size);
         visited++;
         if (stop == 0)
             rc = mdb_cursor_get(c, &k, &v, MDB_NEXT);
     }
-    mdb_cursor_close(c);
-    kv__read_end(s, txn);
     if (stop < 0)
         return stop;
     if (rc != 0 && rc != MDB_NOTFOUND)
         return kv__err("scan", rc);
     return visited;
+}
+
+/* Walks database db of the live set from a start position (inclusive). */
+static int kv__scan(struct kv_store *s, int db, const MDB_val *start, uint32_t max, kv_visit_fn fn,
+                    void *arg)
+{
+    MDB_txn *txn = NULL;
+    MDB_cursor *c;
+    int rc = kv__read_begin(s, &txn);
+    if (rc < 0)
+        return rc;
+    rc = kv__cursor(s, txn, kv__idx(db, kv__live(s, txn)), &c);
+    rc = rc ? kv__err("scan", rc) : kv__walk(c, start, 0, max, fn, arg);
+    kv__read_end(s, txn);
+    return rc;
 }
 
 int kv_data_scan(struct kv_store *s, const void *start, size_t slen, uint32_t max, kv_visit_fn fn,
@@ -514,8 +703,10 @@ int kv_store_stats(struct kv_store *s, struct kv_store_stats *st)
     int rc = kv__read_begin(s, &txn);
     if (rc < 0)
         return rc;
-    for (int i = 0; i < KV_DB_COUNT && rc == 0; i++)
-        rc = mdb_stat(txn, s->dbi[i], &ms[i]);
+    uint8_t live = kv__live(s, txn);
+    static const int dbs[] = {KV_DB_LOG, KV_DB_DATA, KV_DB_CLIENTS};
+    for (size_t i = 0; i < sizeof dbs / sizeof dbs[0] && rc == 0; i++)
+        rc = mdb_stat(txn, kv__dbi(s, dbs[i], live), &ms[dbs[i]]);
     kv__read_end(s, txn);
     if (rc == 0)
         rc = mdb_env_stat(s->env, &es);
@@ -529,4 +720,123 @@ int kv_store_stats(struct kv_store *s, struct kv_store_stats *st)
     st->map_size = info.me_mapsize;
     st->map_used = (uint64_t)(info.me_last_pgno + 1) * es.ms_psize;
     return 0;
+}
+
+/* ---- views ---------------------------------------------------------------
+ * A slot's read transaction is begun once and then reset and renewed (the
+ * env is MDB_NOTLS, so one thread may hold all of them beside its write
+ * transaction); its cursors are renewed with it. */
+
+/* The open view in slot, or NULL. */
+static struct kv__view *kv__view(struct kv_store *s, uint32_t slot)
+{
+    if (s == NULL || slot >= KV_STORE_VIEWS_MAX || !s->views[slot].open)
+        return NULL;
+    return &s->views[slot];
+}
+
+int kv_view_open(struct kv_store *s, uint32_t slot)
+{
+    if (s == NULL || slot >= KV_STORE_VIEWS_MAX)
+        return FK_EINVAL;
+    kv_view_close(s, slot);
+    struct kv__view *v = &s->views[slot];
+    int rc =
+        v->txn == NULL ? mdb_txn_begin(s->env, NULL, MDB_RDONLY, &v->txn) : mdb_txn_renew(v->txn);
+    if (rc != 0) /* a failed begin leaves v->txn NULL, a failed renew the handle reset */
+        return kv__err("view open", rc);
+    for (int i = 0; i < KV_DB_COUNT && rc == 0; i++)
+        if (v->cur[i] != NULL)
+            rc = mdb_cursor_renew(v->txn, v->cur[i]);
+    int e = rc ? kv__err("view open: cursor", rc) : kv__read_live(s, v->txn, &v->set);
+    if (e < 0) {
+        mdb_txn_reset(v->txn);
+        return e;
+    }
+    v->open = 1;
+    return 0;
+}
+
+void kv_view_close(struct kv_store *s, uint32_t slot)
+{
+    struct kv__view *v = kv__view(s, slot);
+    if (v != NULL) {
+        mdb_txn_reset(v->txn); /* keeps the handle and cursors for the next open */
+        v->open = 0;
+    }
+}
+
+/* The view's cursor on database i (an index into s->dbi). */
+static int kv__view_cursor(struct kv_store *s, struct kv__view *v, int i, MDB_cursor **c)
+{
+    if (v->cur[i] == NULL) {
+        int rc = mdb_cursor_open(v->txn, s->dbi[i], &v->cur[i]);
+        if (rc != 0) {
+            v->cur[i] = NULL;
+            return kv__err("view cursor", rc);
+        }
+    }
+    *c = v->cur[i];
+    return 0;
+}
+
+int kv_view_meta_get(struct kv_store *s, uint32_t slot, const char *name, void *buf, size_t cap,
+                     size_t *len)
+{
+    struct kv__view *v = kv__view(s, slot);
+    if (v == NULL || name == NULL || name[0] == '\0' || strlen(name) > KV_STORE_KEY_MAX)
+        return FK_EINVAL;
+    MDB_val k = {.mv_size = strlen(name), .mv_data = (void *)name}, val;
+    int rc = kv__err("view get", mdb_get(v->txn, s->dbi[KV_DB_META], &k, &val));
+    if (rc < 0)
+        return rc;
+    *len = val.mv_size;
+    if (val.mv_size > cap)
+        return FK_ETOOBIG;
+    if (val.mv_size > 0)
+        memcpy(buf, val.mv_data, val.mv_size);
+    return 0;
+}
+
+int kv_view_counts(struct kv_store *s, uint32_t slot, uint64_t *pairs, uint64_t *clients)
+{
+    struct kv__view *v = kv__view(s, slot);
+    if (v == NULL)
+        return FK_EINVAL;
+    MDB_stat d, c;
+    int rc = mdb_stat(v->txn, kv__dbi(s, KV_DB_DATA, v->set), &d);
+    if (rc == 0)
+        rc = mdb_stat(v->txn, kv__dbi(s, KV_DB_CLIENTS, v->set), &c);
+    if (rc != 0)
+        return kv__err("view counts", rc);
+    *pairs = d.ms_entries;
+    *clients = c.ms_entries;
+    return 0;
+}
+
+static int kv__view_scan(struct kv_store *s, uint32_t slot, int db, const MDB_val *after,
+                         kv_visit_fn fn, void *arg)
+{
+    struct kv__view *v = kv__view(s, slot);
+    MDB_cursor *c = NULL;
+    if (v == NULL || fn == NULL)
+        return FK_EINVAL;
+    int rc = kv__view_cursor(s, v, kv__idx(db, v->set), &c);
+    return rc < 0 ? rc : kv__walk(c, after, 1, UINT32_MAX, fn, arg);
+}
+
+int kv_view_data_scan(struct kv_store *s, uint32_t slot, const void *after, size_t alen,
+                      kv_visit_fn fn, void *arg)
+{
+    if ((after == NULL) != (alen == 0) || alen > KV_STORE_KEY_MAX)
+        return FK_EINVAL;
+    MDB_val k = {.mv_size = alen, .mv_data = (void *)after};
+    return kv__view_scan(s, slot, KV_DB_DATA, after ? &k : NULL, fn, arg);
+}
+
+int kv_view_client_scan(struct kv_store *s, uint32_t slot, const uint64_t *after, kv_visit_fn fn,
+                        void *arg)
+{
+    MDB_val k = {.mv_size = sizeof *after, .mv_data = (void *)after};
+    return kv__view_scan(s, slot, KV_DB_CLIENTS, after ? &k : NULL, fn, arg);
 }

@@ -3,6 +3,7 @@
 #include "fk_error.h"
 #include "kv_store.h"
 
+#include <lmdb.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +351,212 @@ TEST(store_rejects_a_directory_that_is_not_lmdb)
     struct kv_store *s = NULL;
     int rc = kv_store_open(&o, &s);
     CHECK_MSG(rc < 0 && s == NULL, "opened garbage: rc=%d", rc);
+    remove_dir();
+}
+
+/* Counts what a scan visits and remembers the last key. */
+struct walk {
+    int n;
+    char last[16];
+};
+
+static int walk_visit(void *arg, const void *k, size_t kl, const void *v, size_t vl)
+{
+    struct walk *w = arg;
+    CHECK(kl < sizeof w->last);
+    memcpy(w->last, k, kl);
+    w->last[kl] = '\0';
+    w->n++;
+    return 0;
+}
+
+static int data_count(struct kv_store *s)
+{
+    struct walk w = {0};
+    CHECK_OK(kv_data_scan(s, NULL, 0, UINT32_MAX, walk_visit, &w));
+    return w.n;
+}
+
+/* Staged records are invisible until the switch commits; an aborted
+ * switch changes nothing; a committed one survives a reopen, empties the
+ * old set, and switching again goes back to set 0. */
+TEST(store_staging_switch_is_atomic_and_survives_reopen)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    char buf[16];
+    size_t len;
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_data_put(s, "old", 3, "o", 1));
+    CHECK_OK(kv_client_put(s, 7, "row7", 4));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_ERR(kv_stage_clear(s), FK_EINVAL); /* no write transaction */
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_stage_clear(s));
+    CHECK_OK(kv_stage_data_put(s, "a", 1, "1", 1));
+    CHECK_OK(kv_stage_data_put(s, "b", 1, "2", 1));
+    /* Appends must increase; a refused one leaves the transaction usable. */
+    CHECK_ERR(kv_stage_data_put(s, "a", 1, "x", 1), FK_EINVAL);
+    CHECK_ERR(kv_stage_data_put(s, "", 0, "x", 1), FK_EINVAL);
+    CHECK_OK(kv_stage_client_put(s, 3, "row3", 4));
+    CHECK_OK(kv_stage_client_put(s, 1ull << 40, "rowL", 4));
+    CHECK_ERR(kv_stage_client_put(s, 5, "row5", 4), FK_EINVAL);
+    CHECK_OK(kv_write_commit(s));
+    CHECK_ERR(kv_data_get(s, "a", 1, buf, sizeof buf, &len), FK_ENOTFOUND);
+    CHECK_OK(kv_data_get(s, "old", 3, buf, sizeof buf, &len));
+    /* A switch in an aborted transaction never happened. */
+    uint64_t aborts = kv_write_aborts(s);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_stage_switch(s));
+    CHECK_OK(kv_data_get(s, "a", 1, buf, sizeof buf, &len)); /* the transaction sees it */
+    kv_write_abort(s);
+    CHECK_EQ_U64(kv_write_aborts(s), aborts + 1);
+    CHECK_OK(kv_data_get(s, "old", 3, buf, sizeof buf, &len));
+    CHECK_ERR(kv_data_get(s, "a", 1, buf, sizeof buf, &len), FK_ENOTFOUND);
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_stage_switch(s));
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+    s = open_store(0, FK_DURABLE_ASYNC);
+    CHECK_EQ_I64(data_count(s), 2);
+    CHECK_ERR(kv_data_get(s, "old", 3, buf, sizeof buf, &len), FK_ENOTFOUND);
+    CHECK_OK(kv_client_get(s, 1ull << 40, buf, sizeof buf, &len));
+    CHECK(len == 4 && memcmp(buf, "rowL", 4) == 0);
+    CHECK_ERR(kv_client_get(s, 7, buf, sizeof buf, &len), FK_ENOTFOUND);
+    struct kv_store_stats st;
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ_U64(st.data_entries, 2);
+    CHECK_EQ_U64(st.client_entries, 2);
+    /* Writes go to the live set (now set 1); the staging set is set 0,
+     * which the switch emptied: staging one pair and switching back
+     * leaves exactly that pair. */
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_data_put(s, "c", 1, "3", 1));
+    CHECK_OK(kv_client_del(s, 3));
+    CHECK_ERR(kv_client_del(s, 3), FK_ENOTFOUND);
+    CHECK_EQ_I64(data_count(s), 3);
+    CHECK_OK(kv_stage_data_put(s, "z", 1, "9", 1));
+    CHECK_OK(kv_stage_switch(s));
+    CHECK_EQ_I64(data_count(s), 1);
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+    s = open_store(0, FK_DURABLE_ASYNC);
+    CHECK_EQ_I64(data_count(s), 1);
+    CHECK_OK(kv_data_get(s, "z", 1, buf, sizeof buf, &len));
+    CHECK_OK(kv_store_stats(s, &st));
+    CHECK_EQ_U64(st.client_entries, 0);
+    /* A corrupt live-set record is refused at open. */
+    CHECK_OK(kv_write_begin(s));
+    CHECK_OK(kv_meta_put(s, KV_STORE_LIVE_KEY, "\x02", 1));
+    CHECK_OK(kv_write_commit(s));
+    kv_store_close(s);
+    struct kv_store_opts o = {.dir = dir, .durability = FK_DURABLE_ASYNC};
+    CHECK_ERR(kv_store_open(&o, &s), FK_EMALFORMED);
+    remove_dir();
+}
+
+/* A view is the committed state at its open: later commits, a switch and
+ * the open write transaction do not change what it reads; slots are
+ * bounded and reopen on demand. */
+TEST(store_views_keep_their_picture_across_commits_and_a_switch)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    char key[16];
+    CHECK_OK(kv_write_begin(s));
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        CHECK_OK(kv_data_put(s, key, 4, key, 4));
+    }
+    uint64_t one = 1, two = 2;
+    CHECK_OK(kv_client_put(s, one, "r", 1));
+    CHECK_OK(kv_client_put(s, two, "r", 1));
+    CHECK_OK(kv_meta_put(s, "m", "A", 1));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_ERR(kv_view_open(s, KV_STORE_VIEWS_MAX), FK_EINVAL);
+    CHECK_ERR(kv_view_counts(s, 0, &one, &two), FK_EINVAL); /* not open */
+    CHECK_OK(kv_view_open(s, 0));
+    CHECK_OK(kv_write_begin(s)); /* the view ignores the open write transaction */
+    CHECK_OK(kv_data_put(s, "k000", 4, "changed", 7));
+    CHECK_OK(kv_view_open(s, 1));
+    for (int round = 0; round < 50; round++) { /* many commits, each changing pages */
+        snprintf(key, sizeof key, "k%03d", round * 2);
+        CHECK_OK(kv_data_del(s, key, 4));
+        CHECK_OK(kv_meta_put(s, "m", "B", 1));
+        CHECK_OK(kv_write_commit(s));
+        CHECK_OK(kv_write_begin(s));
+    }
+    CHECK_OK(kv_stage_data_put(s, "new", 3, "n", 1));
+    CHECK_OK(kv_stage_switch(s));
+    CHECK_OK(kv_write_commit(s));
+    CHECK_EQ_I64(data_count(s), 1);
+    for (uint32_t slot = 0; slot < 2; slot++) {
+        uint64_t pairs, clients;
+        CHECK_OK(kv_view_counts(s, slot, &pairs, &clients));
+        CHECK_EQ_U64(pairs, 100);
+        CHECK_EQ_U64(clients, 2);
+        char m;
+        size_t len;
+        CHECK_OK(kv_view_meta_get(s, slot, "m", &m, 1, &len));
+        CHECK(len == 1 && m == 'A');
+        struct walk w = {0};
+        CHECK_EQ_I64(kv_view_data_scan(s, slot, NULL, 0, walk_visit, &w), 100);
+        CHECK_EQ_STR(w.last, "k099");
+        w.n = 0; /* exclusive start, present or not */
+        CHECK_EQ_I64(kv_view_data_scan(s, slot, "k097", 4, walk_visit, &w), 2);
+        CHECK_EQ_I64(kv_view_data_scan(s, slot, "k0975", 5, walk_visit, &w), 2);
+        uint64_t after = 1;
+        CHECK_EQ_I64(kv_view_client_scan(s, slot, &after, walk_visit, &w), 1);
+        CHECK_EQ_I64(kv_view_client_scan(s, slot, NULL, walk_visit, &w), 2);
+    }
+    /* Reopening a slot moves it to the state now. */
+    CHECK_OK(kv_view_open(s, 0));
+    uint64_t pairs, clients;
+    CHECK_OK(kv_view_counts(s, 0, &pairs, &clients));
+    CHECK_EQ_U64(pairs, 1);
+    CHECK_EQ_U64(clients, 0);
+    kv_view_close(s, 0);
+    kv_view_close(s, 0); /* a no-op */
+    struct walk w = {0};
+    CHECK_ERR(kv_view_data_scan(s, 0, NULL, 0, walk_visit, &w), FK_EINVAL);
+    for (uint32_t slot = 0; slot < KV_STORE_VIEWS_MAX; slot++)
+        CHECK_OK(kv_view_open(s, slot));
+    kv_store_close(s); /* closes the open views */
+    remove_dir();
+}
+
+/* An environment written before the second set existed (four databases,
+ * no live-set record) opens with its data and clients live, as set 0. */
+TEST(store_opens_an_environment_from_before_the_second_set)
+{
+    make_dir();
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi data, clients;
+    CHECK(mdb_env_create(&env) == 0);
+    CHECK(mdb_env_set_maxdbs(env, 4) == 0);
+    CHECK(mdb_env_open(env, dir, MDB_NOTLS, 0640) == 0);
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0);
+    CHECK(mdb_dbi_open(txn, "data", MDB_CREATE, &data) == 0);
+    CHECK(mdb_dbi_open(txn, "clients", MDB_CREATE | MDB_INTEGERKEY, &clients) == 0);
+    uint64_t id = 5;
+    MDB_val k = {.mv_size = 1, .mv_data = "k"}, v = {.mv_size = 2, .mv_data = "v1"};
+    CHECK(mdb_put(txn, data, &k, &v, 0) == 0);
+    k = (MDB_val){.mv_size = sizeof id, .mv_data = &id};
+    CHECK(mdb_put(txn, clients, &k, &v, 0) == 0);
+    CHECK(mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    char buf[8];
+    size_t len;
+    CHECK_OK(kv_data_get(s, "k", 1, buf, sizeof buf, &len));
+    CHECK(len == 2 && memcmp(buf, "v1", 2) == 0);
+    CHECK_OK(kv_client_get(s, 5, buf, sizeof buf, &len));
+    CHECK_OK(kv_view_open(s, 0));
+    uint64_t pairs, rows;
+    CHECK_OK(kv_view_counts(s, 0, &pairs, &rows));
+    CHECK(pairs == 1 && rows == 1);
+    kv_store_close(s);
     remove_dir();
 }
 
