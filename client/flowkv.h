@@ -19,7 +19,8 @@
  * and applied at most once: each pipeline slot is one client session (a
  * random 64-bit client id and request numbers 1, 2, ...), retried with the
  * same number after a timeout or a leader change until the deadline. The
- * cluster remembers the most recent SRV_CLIENTS_MAX sessions; a session it
+ * cluster remembers the most recent sessions (131,072 on Multi-Paxos,
+ * 50,000 on NOPaxos: README, "Limits"); a session it
  * forgot answers FLOWKV_EEXPIRED: the outcome is unknown (like a timeout).
  *
  * Limits (checked here and by the replicas; README, "Limits"): keys

@@ -437,7 +437,8 @@ static void kv__cursor_encode(const struct kv__pos *p, uint8_t *cur, size_t *len
 struct kv__chunk {
     struct cons_wbuf w;
     struct kv__pos *pos;
-    int full; /* a record did not fit: the chunk ends here */
+    size_t want; /* the chunk ends once it holds this many bytes */
+    int full;    /* a record did not fit, or want was reached: the chunk ends here */
 };
 
 static int kv__emit_session(void *arg, const void *k, size_t kl, const void *v, size_t vl)
@@ -445,7 +446,7 @@ static int kv__emit_session(void *arg, const void *k, size_t kl, const void *v, 
     struct kv__chunk *c = arg;
     if (kl != sizeof(uint64_t) || vl != KV_SM_ROW_LEN)
         return FK_EMALFORMED; /* a row we never wrote */
-    if (c->w.cap - c->w.len < KV_SM_SESSION_LEN) {
+    if (c->w.len >= c->want || c->w.cap - c->w.len < KV_SM_SESSION_LEN) {
         c->full = 1;
         return 1;
     }
@@ -462,7 +463,7 @@ static int kv__emit_pair(void *arg, const void *k, size_t kl, const void *v, siz
     struct kv__chunk *c = arg;
     if (kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX)
         return FK_EMALFORMED; /* a pair apply never wrote */
-    if (c->w.cap - c->w.len < KV_SM_PAIR_LEN(kl, vl)) {
+    if (c->w.len >= c->want || c->w.cap - c->w.len < KV_SM_PAIR_LEN(kl, vl)) {
         c->full = 1;
         return 1;
     }
@@ -493,7 +494,7 @@ static int kv__emit_head(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
 static int kv__emit_end(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
 {
     uint64_t pairs, sessions;
-    if (c->w.cap - c->w.len < KV_SM_END_LEN) {
+    if (c->w.len >= c->want || c->w.cap - c->w.len < KV_SM_END_LEN) {
         c->full = 1;
         return 0;
     }
@@ -531,7 +532,7 @@ static int kv__emit(struct kv_sm *sm, uint32_t slot, struct kv__chunk *c)
 }
 
 static int kv__snap_read(void *impl, uint32_t slot, uint8_t *cursor, size_t *cursor_len,
-                         uint8_t *buf, size_t cap, size_t *len)
+                         uint8_t *buf, size_t cap, size_t want, size_t *len)
 {
     struct kv_sm *sm = impl;
     struct kv__pos pos;
@@ -541,7 +542,7 @@ static int kv__snap_read(void *impl, uint32_t slot, uint8_t *cursor, size_t *cur
     int rc = kv__cursor_decode(cursor, *cursor_len, &pos);
     if (rc < 0)
         return rc;
-    struct kv__chunk c = {.pos = &pos, .full = 0};
+    struct kv__chunk c = {.pos = &pos, .want = want ? want : 1, .full = 0};
     cons_wbuf_init(&c.w, buf, cap);
     assert(pos.phase != KV_SM_CUR_DONE && pos.klen <= CONS_KEY_MAX);
     rc = kv__emit(sm, slot, &c);

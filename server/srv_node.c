@@ -439,7 +439,8 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
      * from [300, 600) ms and rides that out. */
     struct cons_core_config c = {.n = n->n,
                                  .id = n->id,
-                                 .clients_max = SRV_CLIENTS_MAX,
+                                 .clients_max = n->proto == CONS_PROTO_MPX ? SRV_MPX_CLIENTS_MAX
+                                                                           : SRV_CLIENTS_MAX,
                                  .snapshot_max = SRV_SNAPSHOT_MAX,
                                  .arena_bytes = CONS_MSG_MAX + (1u << 20),
                                  .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,

@@ -56,6 +56,9 @@
  * table, the snapshot) and a ring of entries must fit one message:
  * 2048 * 2,592 + 50,000 * 28 + 1.5 MiB = 8.0 of CONS_MSG_MAX's 8.4 MB. */
 #define SRV_CLIENTS_MAX 50000
+/* Multi-Paxos keeps the rows in LMDB and moves them in the state stream:
+ * no message bounds them, only the core's table (cons.h, about 17 MiB). */
+#define SRV_MPX_CLIENTS_MAX CONS_CLIENTS_MAX
 /* The cores check at create that their largest message fits CONS_MSG_MAX:
  * Multi-Paxos a promise of log_cap batches, NOPaxos a checkpoint plus a
  * ring of entries. */

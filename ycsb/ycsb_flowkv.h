@@ -75,7 +75,8 @@
 
 #include "ycsb_run.h"
 
-/* Client sessions a cluster remembers (server/srv_node.h SRV_CLIENTS_MAX;
+/* Client sessions every cluster remembers, the smaller of the protocols'
+ * (server/srv_node.h SRV_CLIENTS_MAX, NOPaxos; Multi-Paxos keeps 131,072;
  * ycsb/ cannot include server headers, so the figure is repeated here and
  * used only for a warning). */
 #define YCSB_FLOWKV_SESSIONS 50000

@@ -174,11 +174,20 @@ TEST(sm_matches_in_memory_machine)
     CHECK(mem != NULL);
     struct cons_sm a = kv_mem_sm(mem), b = kv_sm_cons(&sm);
     struct cons_op op;
+    /* Through the client table, so the rows (97 clients over 50 rows:
+     * evictions) and the mark go into both machines too. */
+    static struct cons_ctab ta, tb;
+    CHECK_OK(cons_ctab_init(&ta, 50));
+    CHECK_OK(cons_ctab_init(&tb, 50));
     for (uint64_t i = 1; i <= 5000; i++) {
         random_op(&op, i);
+        op.client_id = i % 97 + 1;
+        op.req_no = i / 97 + 1;
         CHECK_OK(kv_write_begin(store));
-        CHECK_OK(a.ops->apply(a.impl, &op, &r1));
-        CHECK_OK(b.ops->apply(b.impl, &op, &r2));
+        CHECK(cons_apply_once(&a, &ta, &op, &r1) >= 0);
+        CHECK(cons_apply_once(&b, &tb, &op, &r2) >= 0);
+        CHECK_OK(a.ops->mark(a.impl, i, ta.ops));
+        CHECK_OK(b.ops->mark(b.impl, i, tb.ops));
         CHECK_OK(kv_write_commit(store));
         CHECK_MSG(r1.status == r2.status && r1.len == r2.len &&
                       memcmp(r1.data, r2.data, r1.len) == 0,
@@ -190,6 +199,15 @@ TEST(sm_matches_in_memory_machine)
     CHECK_OK(b.ops->snapshot(b.impl, snap2, sizeof snap2, &l2));
     CHECK_EQ_U64(l1, l2);
     CHECK(memcmp(snap1, snap2, l1) == 0);
+    /* The whole state streams to the same bytes from either machine:
+     * what the simulator checks is what the server sends. */
+    CHECK_OK(cons_sm_save(&a, snap1, sizeof snap1, &l1));
+    CHECK_OK(cons_sm_save(&b, snap2, sizeof snap2, &l2));
+    CHECK(ta.evicted > 0);
+    CHECK_EQ_U64(l1, l2);
+    CHECK(memcmp(snap1, snap2, l1) == 0);
+    cons_ctab_free(&ta);
+    cons_ctab_free(&tb);
     kv_mem_destroy(mem);
     close_all();
 }
@@ -365,7 +383,7 @@ static size_t read_view(struct rep *r, uint32_t slot, size_t cap, uint8_t *out, 
     int rc = 0, n = 0;
     while (rc == 0) {
         CHECK(n < 100000);
-        rc = r->c.ops->snap_read(r->c.impl, slot, cur, &clen, out + at, cap, &len);
+        rc = r->c.ops->snap_read(r->c.impl, slot, cur, &clen, out + at, cap, cap, &len);
         CHECK_OK(rc);
         CHECK(len > 0 && len <= cap && at + len <= sizeof stream1);
         at += len;
@@ -403,7 +421,7 @@ static int transfer(struct rep *a, struct rep *b, size_t cap)
     CHECK_OK(b->c.ops->install_begin(b->c.impl));
     CHECK_OK(kv_write_commit(b->store));
     while (rc == 0) {
-        rc = a->c.ops->snap_read(a->c.impl, 0, cur, &clen, chunk, cap, &len);
+        rc = a->c.ops->snap_read(a->c.impl, 0, cur, &clen, chunk, cap, cap, &len);
         CHECK_OK(rc);
         CHECK_OK(kv_write_begin(b->store));
         CHECK_OK(b->c.ops->install_chunk(b->c.impl, chunk, len));
@@ -651,9 +669,9 @@ TEST(sm_view_stays_consistent_while_writes_commit)
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, at = 0, len;
     for (int i = 0; i < 3; i++) {
-        CHECK_EQ_I64(
-            a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX, &len),
-            0);
+        CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX,
+                                        CONS_SNAP_RECORD_MAX, &len),
+                     0);
         at += len;
     }
     for (uint64_t t = 0; t < 40; t++) {
@@ -669,7 +687,8 @@ TEST(sm_view_stays_consistent_while_writes_commit)
     }
     int rc = 0;
     while (rc == 0) {
-        rc = a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX, &len);
+        rc = a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX,
+                                CONS_SNAP_RECORD_MAX, &len);
         CHECK_OK(rc);
         at += len;
     }
@@ -712,7 +731,7 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
         CHECK(n < MAXC);
         memcpy(at_cur[n], cur, clen);
         at_len[n] = clen;
-        rc = a.c.ops->snap_read(a.c.impl, 7, cur, &clen, stream1 + off[n], cap, &len);
+        rc = a.c.ops->snap_read(a.c.impl, 7, cur, &clen, stream1 + off[n], cap, cap, &len);
         CHECK_OK(rc);
         ret[n] = rc;
         memcpy(next_cur[n], cur, clen);
@@ -725,7 +744,7 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
         int i = t < n ? n - 1 - t : (int)rnd((uint32_t)n);
         memcpy(cur, at_cur[i], at_len[i]);
         clen = at_len[i];
-        CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, &len), ret[i]);
+        CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), ret[i]);
         CHECK_EQ_U64(len, off[i + 1] - off[i]);
         CHECK(memcmp(chunk, stream1 + off[i], len) == 0);
         CHECK(clen == next_len[i] && memcmp(cur, next_cur[i], clen) == 0);
@@ -733,7 +752,7 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
     /* Past END, unknown phases, wrong lengths, small caps, bad slots. */
     memcpy(cur, next_cur[n - 1], next_len[n - 1]);
     clen = next_len[n - 1];
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, &len), FK_EINVAL);
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), FK_EINVAL);
     static const struct {
         uint8_t bytes[4];
         size_t len;
@@ -742,22 +761,23 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
         memset(cur, 0, sizeof cur);
         memcpy(cur, bad[i].bytes, sizeof bad[i].bytes);
         clen = bad[i].len;
-        CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, &len), FK_EINVAL);
+        CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), FK_EINVAL);
     }
     clen = CONS_SNAP_CURSOR_MAX + 1;
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, &len), FK_EINVAL);
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), FK_EINVAL);
     clen = 0;
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, CONS_SNAP_RECORD_MAX - 1, &len),
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, CONS_SNAP_RECORD_MAX - 1,
+                                 CONS_SNAP_RECORD_MAX - 1, &len),
               FK_EINVAL);
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, CONS_SNAP_OPEN_MAX, cur, &clen, chunk, cap, &len),
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, CONS_SNAP_OPEN_MAX, cur, &clen, chunk, cap, cap, &len),
               FK_EINVAL);
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 2, cur, &clen, chunk, cap, &len), FK_EINVAL);
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 2, cur, &clen, chunk, cap, cap, &len), FK_EINVAL);
     CHECK_ERR(a.c.ops->snap_open(a.c.impl, CONS_SNAP_OPEN_MAX, &applied), FK_EINVAL);
     a.c.ops->snap_close(a.c.impl, 7);
     a.c.ops->snap_close(a.c.impl, 7);
     memcpy(cur, at_cur[n / 2], at_len[n / 2]);
     clen = at_len[n / 2];
-    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, &len), FK_EINVAL);
+    CHECK_ERR(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), FK_EINVAL);
     rep_destroy(&a);
 }
 
@@ -773,8 +793,9 @@ static void install_part(struct rep *a, struct rep *b, int stop)
     CHECK_OK(b->c.ops->install_begin(b->c.impl));
     CHECK_OK(kv_write_commit(b->store));
     for (int i = 0; i < stop; i++) {
-        CHECK_EQ_I64(
-            a->c.ops->snap_read(a->c.impl, 1, cur, &clen, chunk, CONS_SNAP_RECORD_MAX, &len), 0);
+        CHECK_EQ_I64(a->c.ops->snap_read(a->c.impl, 1, cur, &clen, chunk, CONS_SNAP_RECORD_MAX,
+                                         CONS_SNAP_RECORD_MAX, &len),
+                     0);
         CHECK_OK(kv_write_begin(b->store));
         CHECK_OK(b->c.ops->install_chunk(b->c.impl, chunk, len));
         CHECK_OK(kv_write_commit(b->store));
@@ -1027,7 +1048,8 @@ TEST(sm_install_refuses_a_stream_over_the_quota)
     size_t clen = 0, len;
     uint64_t applied;
     CHECK_OK(a.c.ops->snap_open(a.c.impl, 0, &applied));
-    CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 0, cur, &clen, chunk, sizeof chunk, &len), 1);
+    CHECK_EQ_I64(
+        a.c.ops->snap_read(a.c.impl, 0, cur, &clen, chunk, sizeof chunk, sizeof chunk, &len), 1);
     CHECK_OK(kv_write_begin(b.store));
     CHECK_OK(b.c.ops->install_begin(b.c.impl));
     CHECK_ERR(b.c.ops->install_chunk(b.c.impl, chunk, len), FK_EFULL);
