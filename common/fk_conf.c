@@ -235,6 +235,21 @@ static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char 
         *(name[0] == 'q' ? &c->conf->quota : &c->conf->map_size) = b;
         return 1;
     }
+    if (strcmp(name, "transfer_chunk") == 0) {
+        uint64_t b;
+        if (fk_conf_parse_size(value, &b) < 0 || b < (4u << 10) || b > (1u << 20))
+            return fk__fail(c, "transfer_chunk must be a size from 4KiB to 1MiB, not '%s'", value);
+        c->conf->transfer_chunk = (uint32_t)b;
+        return 1;
+    }
+    if (strcmp(name, "transfer_window") == 0) {
+        char *end;
+        unsigned long w = strtoul(value, &end, 10);
+        if (*end != '\0' || w < 1 || w > 16)
+            return fk__fail(c, "transfer_window must be 1..16 chunks, not '%s'", value);
+        c->conf->transfer_window = (uint32_t)w;
+        return 1;
+    }
     return fk__fail(c, "unknown key '%s' in [cluster]", name);
 }
 

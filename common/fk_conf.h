@@ -16,8 +16,11 @@
  *   quota      = 1MiB             ; stored data limit, the same on every
  *                                 ; replica (B, KiB, MiB, GiB; the server's
  *                                 ; default and maximum: README, Limits)
- *   map_size   = 1GiB             ; each replica's LMDB map (default 1 GiB;
+ *   map_size   = 1GiB             ; each replica's LMDB map (default: what
+ *                                 ; the quota needs, at least 1 GiB;
  *                                 ; flowkv-server --map-size overrides)
+ *   transfer_chunk  = 256KiB      ; state transfer chunk (4KiB..1MiB) and
+ *   transfer_window = 4           ; chunks in flight (1..16): Multi-Paxos
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
  *                                 ; sequencer, in failover order (default:
  *                                 ; every node, the last first, so that view
@@ -74,6 +77,8 @@ struct fk_cluster_conf {
     uint32_t sequencers[FK_CONF_MAX_NODES];
     uint64_t quota;            /* bytes; 0 = the server's default */
     uint64_t map_size;         /* bytes; 0 = the server's default */
+    uint32_t transfer_chunk;   /* bytes; 0 = the server's default (consensus/cons_core.h) */
+    uint32_t transfer_window;  /* chunks; 0 = the server's default */
     char dir[FK_CONF_STR_MAX]; /* directory of the file, for relative paths */
 };
 

@@ -79,6 +79,7 @@ struct cons_xfer_stats cons_xfer_stats(const struct cons_xfer *x)
 {
     struct cons_xfer_stats st = x->stats;
     st.receiving = x->active;
+    st.from = x->from;
     st.sending = 0;
     for (uint32_t p = 0; p < x->cfg.n; p++)
         st.sending += x->send[p].open;

@@ -66,6 +66,7 @@ struct cons_xfer_stats {
     uint64_t multi;                        /* receiver: completed in more than one chunk */
     uint64_t chunks_in, bytes_in, chunks_out, bytes_out, resent;
     uint32_t receiving, sending; /* now: a transfer in (0/1), views open for others */
+    uint32_t from;               /* now: the replica a transfer in fetches from */
 };
 
 struct cons_xfer_send {

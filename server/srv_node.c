@@ -61,6 +61,10 @@ struct srv_node {
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
     struct fk_metric *m_peer[4];            /* peer messages: replicate out, in; shuffle out, in */
     struct fk_metric *m_sync[3], *m_stalls; /* NOPaxos leader (cons_core_status) */
+    /* State transfers (cons_xfer.h): in and out, bytes and chunks. */
+    struct fk_metric *m_xfer[4];
+    struct cons_xfer_stats xfer_seen; /* the last counters logged */
+    uint64_t xfer_t0;                 /* when the transfer in progress started */
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
 };
 
@@ -226,6 +230,32 @@ static int commit_batch(struct srv_node *n)
     return rc < 0 ? rc : 1; /* 1: a transaction is open */
 }
 
+/* State transfers into this replica: one line when one starts, moves to
+ * another sender, or completes (with its rate); counters for the page. */
+static void observe_xfer(struct srv_node *n, const struct cons_xfer_stats *x)
+{
+    struct cons_xfer_stats *o = &n->xfer_seen;
+    const uint64_t v[4] = {x->bytes_in, x->chunks_in, x->bytes_out, x->chunks_out};
+    for (int i = 0; i < 4; i++)
+        fk_metric_set(n->m_xfer[i], v[i]);
+    uint64_t now = fk_now_ns();
+    if (x->started != o->started) {
+        n->xfer_t0 = now;
+        fk_info("node", "state transfer: fetching the state from replica %u", x->from);
+    }
+    if (x->switched != o->switched)
+        fk_info("node", "state transfer: fetching the state from replica %u (again, %llu so far)",
+                x->from, (unsigned long long)x->switched);
+    if (x->completed != o->completed) {
+        double s = (double)(now - n->xfer_t0) / 1e9;
+        double mib = (double)(x->bytes_in - o->bytes_in) / (1 << 20);
+        fk_info("node", "state transfer: complete, %.1f MiB in %llu chunks, %.2f s (%.1f MiB/s)",
+                mib, (unsigned long long)(x->chunks_in - o->chunks_in), s, s > 0 ? mib / s : 0.0);
+    }
+    if (x->started != o->started || x->completed != o->completed || x->switched != o->switched)
+        *o = *x; /* the bytes of a transfer count from its start */
+}
+
 /* Peer message counts from srv_net, once per tick (the metrics page is
  * served by this thread's loop). */
 static void observe_net(struct srv_node *n)
@@ -240,6 +270,7 @@ static void observe_net(struct srv_node *n)
     for (int i = 0; i < 3; i++)
         fk_metric_set(n->m_sync[i], cs.syncs[i]);
     fk_metric_set(n->m_stalls, cs.stalls);
+    observe_xfer(n, &cs.xfer);
 }
 
 static void observe_term(struct srv_node *n)
@@ -413,6 +444,13 @@ static void metrics_init(struct srv_node *n)
         n->m_sync[i] = fk_metrics_counter(
             r, "flowkv_nop_syncs_total", sync_labels[i],
             "NOPaxos leader: synchronization messages sent to followers, by what they carry");
+    static const char *const xfer_names[4][2] = {
+        {"flowkv_transfer_in_bytes_total", "State transfer bytes received"},
+        {"flowkv_transfer_in_chunks_total", "State transfer chunks received"},
+        {"flowkv_transfer_out_bytes_total", "State transfer bytes sent"},
+        {"flowkv_transfer_out_chunks_total", "State transfer chunks sent"}};
+    for (int i = 0; i < 4; i++)
+        n->m_xfer[i] = fk_metrics_counter(r, xfer_names[i][0], "", xfer_names[i][1]);
     n->m_stalls = fk_metrics_counter(
         r, "flowkv_nop_ring_stalls_total", "",
         "NOPaxos leader: times it stopped taking requests half a ring past its checkpoint");
@@ -444,6 +482,8 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
                                  .snapshot_max = SRV_SNAPSHOT_MAX,
                                  .arena_bytes = CONS_MSG_MAX + (1u << 20),
                                  .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
+                                 .xfer_chunk = n->o.cluster.transfer_chunk,
+                                 .xfer_window = n->o.cluster.transfer_window,
                                  .seed = seed};
     if (n->proto == CONS_PROTO_MPX) {
         c.log_cap = SRV_MPX_LOG;

@@ -38,9 +38,10 @@ t_done() {
     exit $?
 }
 
-# fk_local_conf FILE PROTO DURABILITY BASEPORT: a 3-replica cluster file on
-# 127.0.0.1:BASEPORT.. over the tcp fabric, data in dataN beside FILE, every
-# replica a sequencer candidate. BASEPORT from fk_base_port stays below the
+# fk_local_conf FILE PROTO DURABILITY BASEPORT [QUOTA]: a 3-replica cluster
+# file on 127.0.0.1:BASEPORT.. over the tcp fabric, data in dataN beside
+# FILE, every replica a sequencer candidate, the protocol's default quota
+# unless QUOTA (e.g. 1MiB) is given. BASEPORT from fk_base_port stays below the
 # kernel's ephemeral range, where a client socket could take a replica's port.
 fk_base_port() { echo $((20000 + RANDOM % 12000)); }
 fk_local_conf() {
@@ -51,6 +52,7 @@ fk_local_conf() {
         echo "durability = $3"
         echo "token = local-test-token-0123456789"
         echo "sequencers = 2, 1, 0"
+        if [ -n "${5:-}" ]; then echo "quota = $5"; fi
         for i in 0 1 2; do
             printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' \
                 "$i" $(($4 + i)) "$i"

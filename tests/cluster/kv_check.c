@@ -15,6 +15,13 @@
  *   kv_check CONF verify PREFIX ACKS    every acknowledged key has its value
  *   kv_check CONF garbage REPLICA       malformed bytes on the replica's
  *                                       request flow and the ordered flow
+ *   kv_check CONF bulk load|check PREFIX N
+ *                                       puts (load) or reads back and
+ *                                       compares (check) PREFIX-i for i < N,
+ *                                       each a 1,000-byte value made from i,
+ *                                       64 in flight: bulk data for the
+ *                                       state transfer tests (64 MiB = 67,109
+ *                                       pairs)
  */
 #include "fk_conf.h"
 #include "fk_error.h"
@@ -30,6 +37,8 @@
 #include <string.h>
 
 static int failures;
+
+#define BULK_VLEN 1000 /* bytes of a bulk value (mode_bulk) */
 
 #define EXPECT(cond, ...)                                                                          \
     do {                                                                                           \
@@ -449,6 +458,63 @@ static int mode_garbage(const char *conf, uint32_t replica)
     return failures ? 1 : 0;
 }
 
+/* The 1,000-byte value of bulk key i: its number, then a pattern of it. */
+static void bulk_value(long i, char *v)
+{
+    int n = snprintf(v, BULK_VLEN, "%ld:", i);
+    for (int k = n; k < BULK_VLEN; k++)
+        v[k] = (char)('a' + (i * 7 + k) % 26);
+}
+
+static int mode_bulk(const char *conf, const char *what, const char *prefix, long n)
+{
+    struct flowkv_opts o = {.pipeline = 64, .timeout_ns = 20 * FK_NSEC_PER_SEC};
+    flowkv *kv;
+    char err[256];
+    if (flowkv_open(conf, &o, &kv, err, sizeof(err)) < 0) {
+        fprintf(stderr, "kv_check: open: %s\n", err);
+        return 1;
+    }
+    int load = strcmp(what, "load") == 0;
+    static char keys[64][64], vals[64][BULK_VLEN];
+    long next = 0, done = 0, bad = 0;
+    uint64_t deadline = fk_now_ns() + 300ULL * FK_NSEC_PER_SEC;
+    while (done < n && fk_now_ns() < deadline && failures == 0) {
+        while (next < n) {
+            char *k = keys[next % 64], *v = vals[next % 64];
+            snprintf(k, 64, "%s-%08ld", prefix, next);
+            bulk_value(next, v);
+            struct flowkv_op op = {.type = load ? FLOWKV_PUT : FLOWKV_GET,
+                                   .key = k,
+                                   .klen = strlen(k),
+                                   .val = load ? v : NULL,
+                                   .vlen = load ? BULK_VLEN : 0,
+                                   .tag = (uint64_t)next};
+            int rc = flowkv_submit(kv, &op);
+            if (rc == FK_EBUSY)
+                break;
+            EXPECT(rc == 0, "submit: %s", fk_strerror(rc));
+            next++;
+        }
+        struct flowkv_done d[64];
+        int got = flowkv_poll(kv, d, 64, 100 * FK_NSEC_PER_MSEC);
+        for (int i = 0; i < got; i++) {
+            EXPECT(d[i].status == 0, "%s %lu: %s", what, (unsigned long)d[i].tag,
+                   fk_strerror(d[i].status));
+            if (!load && d[i].status == 0) {
+                char want[BULK_VLEN];
+                bulk_value((long)d[i].tag, want);
+                bad += d[i].len != BULK_VLEN || memcmp(d[i].data, want, BULK_VLEN) != 0;
+            }
+        }
+        done += got;
+    }
+    EXPECT(done == n, "%s: %ld of %ld keys", what, done, n);
+    EXPECT(bad == 0, "%ld of %ld values differ from what was put", bad, n);
+    flowkv_close(kv);
+    return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     if (getenv("FLOWKV_LOG") == NULL)
@@ -465,7 +531,9 @@ int main(int argc, char **argv)
         return mode_paging(argv[1], atol(argv[3]));
     if (argc == 4 && strcmp(argv[2], "garbage") == 0)
         return mode_garbage(argv[1], (uint32_t)atoi(argv[3]));
+    if (argc == 6 && strcmp(argv[2], "bulk") == 0)
+        return mode_bulk(argv[1], argv[3], argv[4], atol(argv[5]));
     fprintf(stderr, "usage: kv_check CONF api|paging N|quota fill|clear|write PREFIX N ACKS|"
-                    "verify PREFIX ACKS|garbage ID\n");
+                    "verify PREFIX ACKS|garbage ID|bulk load|check PREFIX N\n");
     return 2;
 }
