@@ -35,6 +35,7 @@ int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
     t->slots = slots;
     t->cap = cap;
     t->head = t->tail = CONS_CTAB_NIL;
+    t->write_through = 1;
     return 0;
 }
 
@@ -330,6 +331,8 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
  * row and, if one went, the evicted client's deletion. */
 static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t client_id)
 {
+    if (!t->write_through)
+        return 0;
     uint32_t i = ctab_slot(t->keys, t->slots, client_id);
     assert(t->keys[i].client_id == client_id);
     struct cons_session s = {.client_id = client_id,

@@ -369,6 +369,11 @@ struct cons_ctab {
     uint64_t ops;          /* client operations applied: the clock of the stamps (replicated) */
     uint64_t evicted;      /* rows evicted by this replica (a local statistic, not saved) */
     uint64_t last_evicted; /* the client whose row the last put evicted (0: none) */
+    /* 1 (cons_ctab_init's default): cons_apply_once and cons_log_read
+     * keep the machine's copy of the rows (cons_sm_ops.session). 0: a core
+     * that still carries the table in its own checkpoint (NOPaxos, until it
+     * streams) skips that write, an LMDB put per operation it does not use. */
+    uint8_t write_through;
     struct cons_ctab_key *keys;
     struct cons_ctab_key *scratch; /* load builds the new key array here first */
     struct cons_ctab_row *rows;

@@ -88,7 +88,11 @@ static int alloc_all(struct nop *r)
     }
     if (!r->log || !r->exec_sig || !r->hist || !r->oum || !r->ob.arena || !r->cp || !r->pcp)
         return FK_ENOMEM;
-    return cons_ctab_init(&r->ctab, c->clients_max);
+    int rc = cons_ctab_init(&r->ctab, c->clients_max);
+    /* The table travels in this core's checkpoints (nop_disk.c), not in
+     * the machine (cons_core_ops.sm_durable 0): no row writes. */
+    r->ctab.write_through = 0;
+    return rc;
 }
 
 /* Serialises the client table and state machine, as they are after the

@@ -19,6 +19,8 @@ static const char *good = "; a three-node cluster\n"
                           "sequencers = 2, 1\n"
                           "quota = 512KiB\n"
                           "map_size = 2GiB\n"
+                          "transfer_chunk = 64KiB\n"
+                          "transfer_window = 8\n"
                           "[node 0]\n"
                           "address = 127.0.0.1:7100\n"
                           "data_dir = data/0\n"
@@ -44,6 +46,8 @@ TEST(conf_parses_every_key)
     CHECK_EQ_U64(conf.sequencers[1], 1);
     CHECK_EQ_U64(conf.quota, 512u << 10);
     CHECK_EQ_U64(conf.map_size, 2ULL << 30);
+    CHECK_EQ_U64(conf.transfer_chunk, 64u << 10);
+    CHECK_EQ_U64(conf.transfer_window, 8);
     CHECK_EQ_STR(conf.nodes[0].ip, "127.0.0.1");
     CHECK_EQ_U64(conf.nodes[0].port, 7100);
     CHECK_EQ_STR(conf.nodes[0].host, "127.0.0.1");
@@ -111,6 +115,10 @@ TEST(conf_rejects_bad_files_with_clear_errors)
     expect_bad(HEAD "quota=2TB\n[node 0]\naddress=h:1\n",
                "quota must be a size such as 512MiB or 2GiB, not '2TB'");
     expect_bad(HEAD "map_size=0\n[node 0]\naddress=h:1\n", "map_size must be a size");
+    expect_bad(HEAD "transfer_chunk=1KiB\n[node 0]\naddress=h:1\n",
+               "transfer_chunk must be a size from 4KiB to 1MiB, not '1KiB'");
+    expect_bad(HEAD "transfer_window=17\n[node 0]\naddress=h:1\n",
+               "transfer_window must be 1..16 chunks, not '17'");
 }
 
 TEST(conf_sizes)
