@@ -37,6 +37,7 @@ static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .clients_max = cfg->clients_max,
         .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
         .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
+        .history_bytes = cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT,
         .arena_bytes = cfg->arena_bytes,
         .tick_ns = cfg->tick_ns,
         .heartbeat_ns = cfg->heartbeat_ns,

@@ -42,6 +42,8 @@ static int config_ok(const struct mpx_config *c)
  *   pending      pending_max * sizeof(struct cons_op)
  *   client table 2 * clients_max slots of 56 B (cons.h)
  *   transfer     struct cons_xfer: a view's cursors per peer, ~60 KiB
+ *   history      history_bytes, and 8 bytes an entry for history_bytes / 64
+ *                entries (+ 1/8), and one encoded entry
  *   outbox arena max(arena_bytes, xfer_window chunks + 64 KiB)
  * The state itself is the state machine's (cons.h): nothing here grows
  * with the data. e.g. log_cap 32, batch 4, 16 clients: ~0.4 MiB. */
@@ -62,6 +64,15 @@ static int alloc_all(struct mpx *r)
     r->ob.arena_cap = arena;
     if (!r->slots || !r->op_pool || !r->pending || !r->scratch_batch || !r->ob.arena)
         return FK_ENOMEM;
+    if (c->history_bytes) {
+        r->hist_cap = c->history_bytes;
+        r->hist_n = (uint32_t)(c->history_bytes / 64 < 16 ? 16 : c->history_bytes / 64);
+        r->hist = malloc(r->hist_cap);
+        r->hist_at = calloc(r->hist_n, sizeof *r->hist_at);
+        r->hist_scratch = malloc(MPX_ENTRY_MAX(c->batch_max));
+        if (!r->hist || !r->hist_at || !r->hist_scratch)
+            return FK_ENOMEM;
+    }
     for (uint32_t i = 0; i < c->log_cap; i++)
         r->slots[i].ops = &r->op_pool[(size_t)i * c->batch_max];
     return cons_ctab_init(&r->ctab, c->clients_max);
@@ -125,6 +136,9 @@ void mpx_destroy(struct mpx *r)
     free(r->op_pool);
     free(r->pending);
     free(r->scratch_batch);
+    free(r->hist);
+    free(r->hist_at);
+    free(r->hist_scratch);
     free(r->ob.arena);
     free(r);
 }
@@ -144,6 +158,95 @@ const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index)
         return NULL;
     const struct mpx_slot *s = &r->slots[index & (r->cfg.log_cap - 1)];
     return s->index == index ? s : NULL;
+}
+
+/* ---- the history of compacted entries (mpx.h) ------------------------------ */
+
+/* Copies len bytes between the ring at byte position pos and p. */
+static void hist_copy(struct mpx *r, uint64_t pos, uint8_t *p, size_t len, int out)
+{
+    size_t at = (size_t)(pos % r->hist_cap), first = r->hist_cap - at;
+    if (first > len)
+        first = len;
+    if (out) {
+        memcpy(p, r->hist + at, first);
+        memcpy(p + first, r->hist, len - first);
+    } else {
+        memcpy(r->hist + at, p, first);
+        memcpy(r->hist, p + first, len - first);
+    }
+}
+
+/* Forgets the history: it starts again after `index`. */
+static void hist_reset(struct mpx *r, uint64_t index)
+{
+    r->hist_lo = r->hist_hi = index;
+    r->hist_head = r->hist_tail;
+}
+
+static void hist_drop_oldest(struct mpx *r)
+{
+    uint32_t len;
+    assert(r->hist_lo < r->hist_hi);
+    hist_copy(r, r->hist_head, (uint8_t *)&len, 4, 1);
+    r->hist_head += 4 + (uint64_t)len;
+    r->hist_lo++;
+}
+
+/* Appends chosen entry s (the next after hist_hi, else the history starts
+ * again at it), dropping the oldest entries to make room. */
+static void hist_add(struct mpx *r, const struct mpx_slot *s)
+{
+    if (!r->hist)
+        return;
+    if (s->index != r->hist_hi + 1)
+        hist_reset(r, s->index - 1);
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, r->hist_scratch, MPX_ENTRY_MAX(r->cfg.batch_max));
+    mpx__put_entry(&w, s);
+    assert(!w.err);
+    uint32_t len = (uint32_t)w.len;
+    if (4 + (size_t)len > r->hist_cap) {
+        hist_reset(r, s->index);
+        return;
+    }
+    while (r->hist_tail - r->hist_head + 4 + len > r->hist_cap ||
+           r->hist_hi - r->hist_lo >= r->hist_n)
+        hist_drop_oldest(r);
+    r->hist_at[s->index % r->hist_n] = r->hist_tail;
+    hist_copy(r, r->hist_tail, (uint8_t *)&len, 4, 0);
+    hist_copy(r, r->hist_tail + 4, r->hist_scratch, len, 0);
+    r->hist_tail += 4 + (uint64_t)len;
+    r->hist_hi = s->index;
+}
+
+int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from)
+{
+    if (!r->hist || from <= r->hist_lo || from > r->hist_hi)
+        return -1;
+    struct cons_wbuf w;
+    mpx__begin(r, &w, MPX_CATCHUP, r->promised);
+    cons_w_u64(&w, r->commit);
+    size_t count_at = w.len;
+    cons_w_u32(&w, 0);
+    /* Half a ring: what the asker can take before it applies and
+     * compacts; it asks again for the rest. */
+    uint32_t n = 0, max = r->cfg.log_cap / 2;
+    for (uint64_t i = from; i <= r->hist_hi && n < max; i++, n++) {
+        uint64_t pos = r->hist_at[i % r->hist_n];
+        uint32_t len;
+        hist_copy(r, pos, (uint8_t *)&len, 4, 1);
+        if (w.cap - w.len < len) {
+            w.err = n == 0; /* not even one fits: the arena is full */
+            break;
+        }
+        hist_copy(r, pos + 4, w.p + w.len, len, 1);
+        w.len += len;
+    }
+    if (!w.err)
+        memcpy(w.p + count_at, &n, sizeof n);
+    mpx__send(r, &w, cons_replica(to));
+    return 0;
 }
 
 /* Drops every slot at or below `upto` (they are inside the snapshot now). */
@@ -235,6 +338,7 @@ uint64_t mpx__adopt_state(struct mpx *r)
         return 0;
     }
     drop_prefix(r, index);
+    hist_reset(r, index);
     r->snap_index = r->applied = index;
     if (r->commit < index)
         r->commit = index;
@@ -262,6 +366,8 @@ static void maybe_compact(struct mpx *r)
 {
     if (r->role == MPX_RECOVERING || r->applied - r->snap_index < r->cfg.log_cap / 2)
         return;
+    for (uint64_t i = r->snap_index + 1; i <= r->applied; i++)
+        hist_add(r, mpx__cslot(r, i)); /* applied: chosen and in the ring */
     drop_prefix(r, r->applied);
     r->snap_index = r->applied;
     mpx__persist_trim(r, r->applied);

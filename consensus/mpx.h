@@ -27,6 +27,12 @@
  *    from the index it brought.
  *  - All replicas apply chosen slots in order through the client table; the
  *    leader replies to clients. Reads go through the log (linearizable).
+ *  - Compacted chosen entries stay in a history of history_bytes (encoded,
+ *    oldest dropped first), from which a follower somewhat behind the ring
+ *    catches up, as etcd keeps entries after a snapshot: above all one
+ *    that just installed a transferred state, while the leader moved on
+ *    further than its ring during the transfer (without it such a
+ *    follower fetched the state again and again under load).
  *  - The state is the state machine's (cons.h): after each applied slot
  *    the core sets the machine's mark (applied index, table clock), and
  *    the table's rows live in the machine too. So log compaction copies
@@ -83,6 +89,7 @@ struct mpx_config {
     uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
     uint32_t xfer_chunk;  /* bytes a state transfer chunk aims at, 1..1 MiB (cons_xfer.h) */
     uint32_t xfer_window; /* transfer chunks in flight, 1..CONS_XFER_WINDOW_MAX */
+    size_t history_bytes; /* compacted chosen entries kept for catch-up (0: none) */
     size_t arena_bytes;   /* outbox arena, >= 64 KiB */
     uint64_t tick_ns;     /* how often the driver ticks (informational) */
     uint64_t heartbeat_ns;

@@ -33,6 +33,8 @@ enum mpx_type {
     MPX__TYPES
 };
 
+/* Bytes of one encoded entry of batch_max ops (mpx__put_entry). */
+#define MPX_ENTRY_MAX(batch_max) (17 + (size_t)(batch_max)*CONS_WIRE_OP_MAX)
 /* Entries in one ACCEPT/CATCHUP/PROMISE message: a bound on message size. */
 #define MPX_MSG_ENTRIES 16
 /* Indexes in one ACCEPTED message. */
@@ -135,6 +137,17 @@ struct mpx {
     /* State transfer, both ways (cons_xfer.h). */
     struct cons_xfer xfer;
 
+    /* History (mpx.h): entries (hist_lo, hist_hi] encoded in a byte ring,
+     * each "u32 len, entry", entry i at byte position hist_at[i % hist_n]
+     * (positions grow forever; the ring is hist[pos % hist_cap]); bytes in
+     * [hist_head, hist_tail). */
+    uint8_t *hist;
+    size_t hist_cap;
+    uint64_t *hist_at;
+    uint32_t hist_n;
+    uint64_t hist_lo, hist_hi, hist_head, hist_tail;
+    uint8_t *hist_scratch; /* one encoded entry */
+
     /* Buffers. */
     struct cons_reply reply;
     struct cons_op scratch_op;
@@ -178,6 +191,10 @@ void mpx__persist_trim(struct mpx *r, uint64_t index);
  * client table and move the log past it. Returns its index, 0 when the
  * replica must stop (poisoned). */
 uint64_t mpx__adopt_state(struct mpx *r);
+/* Sends `to` the chosen entries from index `from` on that the history
+ * holds (up to half a ring of them), as CATCHUP; 0, or -1 when it holds
+ * none from there (the entries are gone: the asker needs the state). */
+int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from);
 /* Feeds an XFER message to the transfer (serving only when `serve`);
  * returns 1 when it completed a transfer into this replica. */
 int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve);

@@ -508,8 +508,10 @@ static void on_catchup_req(struct mpx *r, const struct mpx_msg *m)
     if (r->role == MPX_RECOVERING || m->u1 == 0 || m->u1 > r->commit)
         return;
     if (m->u1 <= r->snap_index) {
-        /* Compacted here: the asker fetches the state (cons_xfer). */
-        mpx__send_simple(r, cons_replica(m->from), MPX_COMPACTED, 0, r->snap_index);
+        /* Compacted here: from the history if it still holds them, else
+         * the asker fetches the state (cons_xfer). */
+        if (mpx__send_history(r, m->from, m->u1) < 0)
+            mpx__send_simple(r, cons_replica(m->from), MPX_COMPACTED, 0, r->snap_index);
         return;
     }
     mpx__send_entries(r, cons_replica(m->from), MPX_CATCHUP, r->promised, r->commit, m->u1,

@@ -352,6 +352,9 @@ static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
      * one), so every transfer takes many of them. */
     c->xfer_chunk = 48;
     c->xfer_window = 1 + (uint32_t)(w->o->seed % 3);
+    /* A history of a few to a few dozen entries: catch-up after compaction
+     * goes through it or, past it, through a transfer. */
+    c->history_bytes = (size_t)512 << (w->o->seed / 3 % 4);
     c->seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + w->reps[i].inc;
     c->bugs = w->o->bugs;
     if (w->o->proto == SIM_NOP) {
