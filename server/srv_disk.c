@@ -100,12 +100,14 @@ static int wipe_records(struct srv_disk *d)
 
 /* ---- open and close ------------------------------------------------------- */
 
-/* A disk with state must be this protocol's. */
-static int check_proto(struct srv_disk *d, int has_meta)
+/* A disk with state must be this protocol's. *same = 1 when the record
+ * already names it (nothing to write). */
+static int check_proto(struct srv_disk *d, int has_meta, int *same)
 {
     uint8_t p;
     size_t len;
     int rc = kv_meta_get(d->store, SRV_DISK_PROTO_KEY, &p, sizeof p, &len);
+    *same = rc == 0 && len == 1 && p == (uint8_t)d->proto;
     if (rc == FK_ENOTFOUND || (rc == 0 && !has_meta))
         return 0;
     if (rc < 0 || len != 1)
@@ -134,10 +136,11 @@ static int prepare(struct srv_disk *d)
 {
     uint8_t proto = (uint8_t)d->proto;
     size_t mlen;
+    int same = 0;
     int rc = meta_len(d, SRV_DISK_META_KEY, &mlen);
     if (rc == 0)
-        rc = check_proto(d, mlen > 0);
-    if (rc == 0)
+        rc = check_proto(d, mlen > 0, &same);
+    if (rc == 0 && !same) /* a restart writes nothing before it restores */
         rc = kv_meta_put(d->store, SRV_DISK_PROTO_KEY, &proto, 1);
     if (rc == 0 && mlen == 0)
         rc = wipe_records(d);

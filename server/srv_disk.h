@@ -8,24 +8,32 @@
  * Records (all in the store's environment):
  *   meta "cons.meta"       the core's META record, bytes as emitted
  *   meta "cons.snap"       the core's SNAPSHOT record, bytes as emitted
- *   meta "cons.snap_index" u64 little-endian: the index of that snapshot
- *                          (a separate key, so persisting a snapshot copies
- *                          nothing: the record can be the whole state)
+ *                          (Multi-Paxos: where its log starts; NOPaxos: its
+ *                          checkpoint, the whole state)
+ *   meta "cons.snap_index" u64 little-endian: the index of that record
  *   meta "cons.proto"      u8 enum cons_proto that wrote this disk
  *   log  index             the core's ENTRY record for that index, as is
  * kv_store has no delete for meta records, so a zero-length "cons.meta" or
  * "cons.snap" means "none" (what srv_disk_wipe writes).
  *
- * The data database is NOT state of its own: it is the state machine's
- * (kv_sm.h) materialised view of the snapshot plus the applied entries.
- * Nothing on disk says which entries it already holds, and the cores
- * rebuild their state from the snapshot and the log (nop_create even
- * requires an empty state machine). So srv_disk_open resets the state
- * machine to empty (through its own install, so kv_sm's byte count stays
- * right) and restore rebuilds it: the snapshot is installed, Multi-Paxos
- * applies the restored entries once it learns they are chosen, NOPaxos
- * executes its restored committed prefix at start. Restart cost is
- * therefore O(state), like any snapshot-based replica.
+ * The state machine's own records (kv_sm.h: pairs, client rows, the mark)
+ * are written by the machine in the same transactions as these, so the
+ * disk always holds the machine's state at its mark beside the log that
+ * leads past it (consensus/cons.h). What a restart does with them depends
+ * on the core (cons_core_ops.sm_durable):
+ *   - Multi-Paxos (sm_durable 1) keeps the machine as it is: restore hands
+ *     it META, the SNAPSHOT record and the log, and its start reads the
+ *     mark and the rows back and keeps only the entries after the mark.
+ *     Restart time is the log window and the client table, not the data
+ *     (`make bench-capacity` measures it against a 1,000-record replica).
+ *   - NOPaxos (sm_durable 0, until it streams) rebuilds the machine from
+ *     its checkpoint and log (nop_create requires an empty machine), so
+ *     srv_disk_open empties the machine first (an empty stream through
+ *     its install, so kv_sm's byte count stays right); restart cost is
+ *     O(state) there.
+ * A disk without META (a first start, or a replica that lost its disk)
+ * holds no complete state: srv_disk_open wipes the cons records and
+ * empties the machine for either core.
  *
  * The server's event loop, one batch of steps per write transaction:
  *
@@ -63,10 +71,11 @@
  * re-persisting them would not bring back the lost state machine writes.
  * A full map is a configuration error, not a runtime condition: kv_sm's
  * replicated quota (kv_sm.h) keeps the data within quota_bytes on every
- * replica alike, so size map_size above about 2 x (quota + snapshot_max)
- * + log window (LMDB copies pages on write) and it never fills; a replica
- * that still fills it restarts, fails again, and says why each time while
- * the others serve.
+ * replica alike, so size map_size for twice the quota (an install stages
+ * a whole state beside the live one), the pages an open transfer view
+ * keeps, and the log window (srv_node.h SRV_MAP_NEED, which flowkv-server
+ * enforces) and it never fills; a replica that still fills it restarts,
+ * fails again, and says why each time while the others serve.
  *
  * Durability means "committed by LMDB": fsync'ed in FK_DURABLE_SYNC mode,
  * in the page cache in FK_DURABLE_ASYNC mode (kv_store.h explains what a
@@ -103,11 +112,11 @@ struct srv_disk_stats {
 /* Opens the driver for an open store (borrowed; it must outlive d) and the
  * state machine sm that the core will be created with (borrowed likewise).
  * Runs its own write transaction, so none may be open: it checks that the
- * disk was written by `proto` (CONS_PROTO_MPX or CONS_PROTO_NOP), resets
- * the state machine to empty (installs an empty snapshot: the data
- * database is rebuilt by restore, see above), and when the disk holds no
- * META record, wipes the cons records (a disk without META holds no
- * complete state: the core starts FRESH or EMPTY). Call it before creating
+ * disk was written by `proto` (CONS_PROTO_MPX or CONS_PROTO_NOP), and
+ * when the disk holds no META record wipes the cons records (a disk
+ * without META holds no complete state: the core starts FRESH or EMPTY);
+ * it empties the state machine then, and always for a core that rebuilds
+ * it (see above). Call it before creating
  * the core. Errors: FK_EINVAL (bad arguments), FK_ENOMEM, FK_ECONFIG (the
  * disk holds another protocol's state), FK_EBUSY (a write transaction is
  * open), FK_EMALFORMED (a cons record is corrupt), FK_EFULL / FK_ESTORAGE
@@ -139,9 +148,9 @@ void srv_disk_close(struct srv_disk *d);
  * both protocols recover a replica that lost its disk), or exit. */
 int srv_disk_restore(struct srv_disk *d, const struct cons_core *core, int *restored);
 
-/* Discards every cons record (META, snapshot, log) inside the caller's open
- * write transaction. FK_EINVAL without one; store errors as kv_store.h
- * (they poison d, see the failure rule). */
+/* Discards every cons record (META, snapshot, log) and empties the state
+ * machine, inside the caller's open write transaction. FK_EINVAL without one; store errors as
+ * kv_store.h (they poison d, see the failure rule). */
 int srv_disk_wipe(struct srv_disk *d);
 
 /* Writes n persist items (an outbox's persists/npersists; bytes copied,

@@ -10,9 +10,9 @@
 #   - load RECORDS (default 1,000,000) records, then YCSB-B for 10 s; the
 #     same at 5,000 records, same run: the ratio of the two peaks;
 #   - a replica's anonymous resident memory (RssAnon) and data directory;
-#   - restart: a follower killed with SIGKILL and started again, from exec
-#     to its "restored" log line (the median of three), at RECORDS against
-#     a 1,000-record cluster (restart_ratio);
+#   - restart: a follower killed with SIGKILL right after a YCSB-B run and
+#     started again, from exec to its "serving" log line (the median of
+#     three), at RECORDS against a 1,000-record cluster (restart_ratio);
 #   - catch-up: a follower's data directory wiped while YCSB-B runs; its
 #     transfer rate (its log line) against mdb_copy of the leader's
 #     environment to the same disk (catchup_ratio), and the cluster's
@@ -105,8 +105,9 @@ run_b() { # run_b DIR N SECONDS OUT
         -p flowkv.pipeline=128 -p operationcount=0 -p maxexecutiontime="$3" >"$4" 2>&1
     ops_of "$4"
 }
-# restart_ns DIR: a follower killed and started again, exec to "restored"
-# (RESULT, ns): the median of three.
+# restart_ns DIR: a follower killed and started again, from exec to its
+# "serving" log line (restored from disk, core started, network up; RESULT,
+# ns): the median of three.
 restart_ns() {
     local d=$1 l f t0 t1
     local -a t=()
@@ -117,8 +118,8 @@ restart_ns() {
         : >"$d/log$f"
         t0=$(date +%s%N)
         start "$d" $f
-        wait_line "$d/log$f" "disk: restored" 60 || { echo "capacity: replica $f did not restore" >&2; return 1; }
-        t1=$(log_ns "$d/log$f" "disk: restored")
+        wait_line "$d/log$f" " serving (" 60 || { echo "capacity: replica $f did not restart" >&2; return 1; }
+        t1=$(log_ns "$d/log$f" " serving (")
         t+=($((t1 - t0)))
         serving "$d" || return 1
     done
@@ -135,6 +136,7 @@ for i in 0 1 2; do stop "$small" $i TERM; done
 echo "capacity: 1,000-record cluster (restart baseline)"
 tiny=$out/tiny
 cluster "$tiny" 1000 || exit 1
+run_b "$tiny" 1000 10 "$tiny/run.txt" >/dev/null # the same recent writes as the big one's
 restart_ns "$tiny" || exit 1
 tiny_ns=$RESULT
 for i in 0 1 2; do stop "$tiny" $i TERM; done
