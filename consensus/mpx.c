@@ -197,8 +197,8 @@ static void hist_drop_oldest(struct mpx *r)
  * again at it), dropping the oldest entries to make room. */
 static void hist_add(struct mpx *r, const struct mpx_slot *s)
 {
-    if (!r->hist)
-        return;
+    if (!r->hist || !s)
+        return; /* no history kept; or not in the ring (the next add starts again) */
     if (s->index != r->hist_hi + 1)
         hist_reset(r, s->index - 1);
     struct cons_wbuf w;

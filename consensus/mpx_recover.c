@@ -33,8 +33,9 @@
  *    generation of this replica they know; the new generation is one
  *    more. Phase 2 announces it: each responder raises known[me], makes
  *    that durable and only then answers with its promise, crash vector,
- *    applied index and the entries after it. Any two sets of f+1 others intersect, so the
- *    new generation exceeds every generation that finished phase 2.
+ *    applied index and the entries after it. Any two sets of f+1 others
+ *    intersect, so the new generation exceeds every generation that
+ *    finished phase 2. Phase 3 fetches the state (cons_xfer.h).
  *  - Every vote (PROMISE, ACCEPTED) carries the voter's crash vector. A
  *    candidate or leader merges it before counting; a vote whose sender's
  *    generation is below what it knows is ignored, and when known[p] rises
