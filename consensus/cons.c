@@ -268,6 +268,24 @@ static int ctab_order_cmp(const void *a, const void *b, void *arg)
     return ctab_before(arg, x, y) ? -1 : ctab_before(arg, y, x) ? 1 : 0;
 }
 
+/* Builds the recency list of the n rows in t->order, sorted first into
+ * (stamp, client id) order: a load's one sort. */
+static void ctab_link_all(struct cons_ctab *t, uint32_t n)
+{
+    qsort_r(t->order, n, sizeof *t->order, ctab_order_cmp, t);
+    t->head = t->tail = CONS_CTAB_NIL;
+    for (uint32_t i = 0; i < n; i++) {
+        struct cons_ctab_row *row = &t->rows[t->order[i]];
+        row->prev = t->tail;
+        row->next = CONS_CTAB_NIL;
+        if (t->tail != CONS_CTAB_NIL)
+            t->rows[t->tail].next = t->order[i];
+        else
+            t->head = t->order[i];
+        t->tail = t->order[i];
+    }
+}
+
 int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
 {
     struct cons_rbuf r;
@@ -291,19 +309,7 @@ int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
         t->order[i] = s;
     }
     assert(r.err == 0);
-    /* The recency list, in (stamp, client id) order. */
-    qsort_r(t->order, n, sizeof *t->order, ctab_order_cmp, t);
-    t->head = t->tail = CONS_CTAB_NIL;
-    for (uint32_t i = 0; i < n; i++) {
-        struct cons_ctab_row *row = &t->rows[t->order[i]];
-        row->prev = t->tail;
-        row->next = CONS_CTAB_NIL;
-        if (t->tail != CONS_CTAB_NIL)
-            t->rows[t->tail].next = t->order[i];
-        else
-            t->head = t->order[i];
-        t->tail = t->order[i];
-    }
+    ctab_link_all(t, n);
     t->used = n;
     t->ops = ops;
     return 0;
@@ -453,18 +459,7 @@ int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied)
         ctab_empty(t);
         return rc < 0 ? rc : FK_EMALFORMED;
     }
-    /* The recency list, in (stamp, client id) order, as cons_ctab_load. */
-    qsort_r(t->order, t->used, sizeof *t->order, ctab_order_cmp, t);
-    for (uint32_t k = 0; k < t->used; k++) {
-        struct cons_ctab_row *row = &t->rows[t->order[k]];
-        row->prev = t->tail;
-        row->next = CONS_CTAB_NIL;
-        if (t->tail != CONS_CTAB_NIL)
-            t->rows[t->tail].next = t->order[k];
-        else
-            t->head = t->order[k];
-        t->tail = t->order[k];
-    }
+    ctab_link_all(t, t->used);
     t->ops = clock;
     return 0;
 }

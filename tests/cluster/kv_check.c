@@ -199,21 +199,21 @@ static int mode_api(const char *conf)
 }
 
 /* Loads keys pg-%05d = their number, pipelined. */
-static void load_pages(flowkv *kv, long n)
+/* Runs operations 0..n-1 with up to 64 in flight: make(i) fills op
+ * (its buffers must stay valid until it completes: slot i % 64), done sees
+ * each completion. Returns how many completed (bounded: 300 s). */
+typedef void (*pipe_make_fn)(void *arg, long i, struct flowkv_op *op);
+typedef void (*pipe_done_fn)(void *arg, const struct flowkv_done *d);
+
+static long pipelined(flowkv *kv, long n, pipe_make_fn make, pipe_done_fn done, void *arg)
 {
-    static char keys[64][16];
-    long next = 0, done = 0;
-    uint64_t deadline = fk_now_ns() + 120ULL * FK_NSEC_PER_SEC;
-    while (done < n && fk_now_ns() < deadline && failures == 0) {
+    long next = 0, finished = 0;
+    uint64_t deadline = fk_now_ns() + 300ULL * FK_NSEC_PER_SEC;
+    while (finished < n && fk_now_ns() < deadline && failures == 0) {
         while (next < n) {
-            char *k = keys[next % 64];
-            snprintf(k, 16, "pg-%05ld", next);
-            struct flowkv_op op = {.type = FLOWKV_PUT,
-                                   .key = k,
-                                   .klen = strlen(k),
-                                   .val = k + 3,
-                                   .vlen = strlen(k + 3),
-                                   .tag = (uint64_t)next};
+            struct flowkv_op op;
+            make(arg, next, &op);
+            op.tag = (uint64_t)next;
             int rc = flowkv_submit(kv, &op);
             if (rc == FK_EBUSY)
                 break;
@@ -223,10 +223,31 @@ static void load_pages(flowkv *kv, long n)
         struct flowkv_done d[64];
         int got = flowkv_poll(kv, d, 64, 100 * FK_NSEC_PER_MSEC);
         for (int i = 0; i < got; i++)
-            EXPECT(d[i].status == 0, "put %lu: %s", (unsigned long)d[i].tag,
-                   fk_strerror(d[i].status));
-        done += got;
+            done(arg, &d[i]);
+        finished += got;
     }
+    return finished;
+}
+
+static void page_make(void *arg, long i, struct flowkv_op *op)
+{
+    char(*keys)[16] = arg;
+    char *k = keys[i % 64];
+    snprintf(k, 16, "pg-%05ld", i);
+    *op = (struct flowkv_op){
+        .type = FLOWKV_PUT, .key = k, .klen = strlen(k), .val = k + 3, .vlen = strlen(k + 3)};
+}
+
+static void page_done(void *arg, const struct flowkv_done *d)
+{
+    (void)arg;
+    EXPECT(d->status == 0, "put %lu: %s", (unsigned long)d->tag, fk_strerror(d->status));
+}
+
+static void load_pages(flowkv *kv, long n)
+{
+    static char keys[64][16];
+    long done = pipelined(kv, n, page_make, page_done, keys);
     EXPECT(done == n, "loaded %ld of %ld keys", done, n);
 }
 
@@ -466,6 +487,38 @@ static void bulk_value(long i, char *v)
         v[k] = (char)('a' + (i * 7 + k) % 26);
 }
 
+struct bulk {
+    const char *prefix;
+    int load;
+    long bad;
+    char keys[64][64], vals[64][BULK_VLEN];
+};
+
+static void bulk_make(void *arg, long i, struct flowkv_op *op)
+{
+    struct bulk *b = arg;
+    char *k = b->keys[i % 64], *v = b->vals[i % 64];
+    snprintf(k, 64, "%s-%08ld", b->prefix, i);
+    bulk_value(i, v);
+    *op = (struct flowkv_op){.type = b->load ? FLOWKV_PUT : FLOWKV_GET,
+                             .key = k,
+                             .klen = strlen(k),
+                             .val = b->load ? v : NULL,
+                             .vlen = b->load ? BULK_VLEN : 0};
+}
+
+static void bulk_done(void *arg, const struct flowkv_done *d)
+{
+    struct bulk *b = arg;
+    EXPECT(d->status == 0, "%s %lu: %s", b->load ? "put" : "get", (unsigned long)d->tag,
+           fk_strerror(d->status));
+    if (!b->load && d->status == 0) {
+        char want[BULK_VLEN];
+        bulk_value((long)d->tag, want);
+        b->bad += d->len != BULK_VLEN || memcmp(d->data, want, BULK_VLEN) != 0;
+    }
+}
+
 static int mode_bulk(const char *conf, const char *what, const char *prefix, long n)
 {
     struct flowkv_opts o = {.pipeline = 64, .timeout_ns = 20 * FK_NSEC_PER_SEC};
@@ -475,42 +528,13 @@ static int mode_bulk(const char *conf, const char *what, const char *prefix, lon
         fprintf(stderr, "kv_check: open: %s\n", err);
         return 1;
     }
-    int load = strcmp(what, "load") == 0;
-    static char keys[64][64], vals[64][BULK_VLEN];
-    long next = 0, done = 0, bad = 0;
-    uint64_t deadline = fk_now_ns() + 300ULL * FK_NSEC_PER_SEC;
-    while (done < n && fk_now_ns() < deadline && failures == 0) {
-        while (next < n) {
-            char *k = keys[next % 64], *v = vals[next % 64];
-            snprintf(k, 64, "%s-%08ld", prefix, next);
-            bulk_value(next, v);
-            struct flowkv_op op = {.type = load ? FLOWKV_PUT : FLOWKV_GET,
-                                   .key = k,
-                                   .klen = strlen(k),
-                                   .val = load ? v : NULL,
-                                   .vlen = load ? BULK_VLEN : 0,
-                                   .tag = (uint64_t)next};
-            int rc = flowkv_submit(kv, &op);
-            if (rc == FK_EBUSY)
-                break;
-            EXPECT(rc == 0, "submit: %s", fk_strerror(rc));
-            next++;
-        }
-        struct flowkv_done d[64];
-        int got = flowkv_poll(kv, d, 64, 100 * FK_NSEC_PER_MSEC);
-        for (int i = 0; i < got; i++) {
-            EXPECT(d[i].status == 0, "%s %lu: %s", what, (unsigned long)d[i].tag,
-                   fk_strerror(d[i].status));
-            if (!load && d[i].status == 0) {
-                char want[BULK_VLEN];
-                bulk_value((long)d[i].tag, want);
-                bad += d[i].len != BULK_VLEN || memcmp(d[i].data, want, BULK_VLEN) != 0;
-            }
-        }
-        done += got;
-    }
+    static struct bulk b;
+    b.prefix = prefix;
+    b.load = strcmp(what, "load") == 0;
+    b.bad = 0;
+    long done = pipelined(kv, n, bulk_make, bulk_done, &b);
     EXPECT(done == n, "%s: %ld of %ld keys", what, done, n);
-    EXPECT(bad == 0, "%ld of %ld values differ from what was put", bad, n);
+    EXPECT(b.bad == 0, "%ld of %ld values differ from what was put", b.bad, n);
     flowkv_close(kv);
     return failures ? 1 : 0;
 }
