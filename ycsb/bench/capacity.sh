@@ -17,11 +17,16 @@
 #     transfer rate (its log line) against mdb_copy of the leader's
 #     environment to the same disk (catchup_ratio), and the cluster's
 #     throughput meanwhile.
+#   - the baselines, same records: etcd (3 members, through its gRPC API,
+#     fsync as always) loaded and run the same way, and a Multi-Paxos
+#     cluster with sync durability (fsync before each acknowledgement).
 # Ends with one line:
 #   capacity: records=N load_ops=L ycsbb_ops=Y ycsbb_5k_ops=S small_ratio=Y/S
 #             rss_mib=M restart_ratio=R catchup_ratio=C catchup_transfers=K
-#             catchup_ycsbb_ops=T
-# etcd, the default record, NOPaxos and workloads A-F are not in it yet.
+#             catchup_ycsbb_ops=T etcd_load_ops=E etcd_ycsbb_ops=F
+#             load_ratio_etcd=L/E ycsbb_ratio_etcd=Y/F sync_ycsbb_ops=Z
+#             sync_ycsbb_ratio_etcd=Z/F
+# YCSB's default record, NOPaxos and workloads A-F are not in it yet.
 # Every wait is bounded; every process started here is stopped by PID.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +52,7 @@ declare -A PID
 cleanup() {
     for p in "${PID[@]}"; do kill -KILL "$p" 2>/dev/null; done
     for p in "${PID[@]}"; do wait "$p" 2>/dev/null; done
+    [ -d "$out/etcd" ] && "$here/etcd-cluster.sh" stop "$out/etcd" >/dev/null 2>&1
 }
 trap cleanup EXIT
 export FLOWKV_LOG=info
@@ -90,10 +96,11 @@ wait_line() { # wait_line FILE TEXT SECONDS
 # The functions that start replicas run in this shell (never in $(...),
 # which would lose their PIDs) and leave their figure in RESULT.
 
-# cluster DIR N: a fresh cluster holding N records; RESULT = the load's ops/s.
+# cluster DIR N [DURABILITY]: a fresh cluster holding N records; RESULT =
+# the load's ops/s.
 cluster() {
     local d=$1 n=$2
-    fk_local_conf "$d/cluster.conf" multipaxos async "$(fk_base_port)"
+    fk_local_conf "$d/cluster.conf" multipaxos "${3:-async}" "$(fk_base_port)"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     serving "$d" || return 1
     timeout 900 "$YCSB" load -c "$d/cluster.conf" -P "$WL" -p recordcount="$n" -threads 1 \
@@ -189,13 +196,43 @@ copy_mib=$(du -sm "$out/copy" | cut -f1)
 copy_rate=$(awk -v m="$copy_mib" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", m / (ns / 1e9) }')
 for i in 0 1 2; do stop "$big" $i TERM; done
 
+# Sync durability, same records.
+echo "capacity: $records records, sync durability"
+syncd=$out/sync
+cluster "$syncd" "$records" sync || exit 1
+sync_ops=$(run_b "$syncd" "$records" 10 "$syncd/run.txt")
+for i in 0 1 2; do stop "$syncd" $i TERM; done
+
+# etcd, same records, loaded and run as flowkv is (two threads of 64 in
+# flight; then one thread of 128, and the best of that and 64 threads of
+# one, YCSB's own model).
+echo "capacity: etcd, $records records"
+ecd=$out/etcd
+ep=$("$here/etcd-cluster.sh" start "$ecd" 3) || exit 1
+ebase=(-db etcd -P "$WL" -p "etcd.endpoints=$ep" -p recordcount="$records")
+timeout 1200 "$YCSB" load "${ebase[@]}" -threads 2 -p flowkv.pipeline=64 >"$ecd/load.txt" 2>&1
+etcd_load=$(ops_of "$ecd/load.txt")
+etcd_ops=0
+for cfg in "1 128" "64 1"; do
+    read -r t p <<<"$cfg"
+    timeout 120 "$YCSB" run "${ebase[@]}" -threads "$t" -p flowkv.pipeline="$p" -p operationcount=0 \
+        -p maxexecutiontime=10 >"$ecd/run-$t.txt" 2>&1
+    o=$(ops_of "$ecd/run-$t.txt")
+    [ "${o:-0}" -gt "$etcd_ops" ] && etcd_ops=$o
+done
+"$here/etcd-cluster.sh" stop "$ecd" >/dev/null 2>&1
+
 read -r xmib xs xrate <<<"${xfer:-0 0 0}"
 echo "capacity: load $load_ops ops/s; YCSB-B $big_ops ops/s at $records records, $small_ops at 5,000"
 echo "capacity: replica anonymous memory $rss MiB, data directory $disk MiB"
 echo "capacity: restart $((big_ns / 1000000)) ms at $records records, $((tiny_ns / 1000000)) ms at 1,000"
+echo "capacity: etcd (gRPC, fsync) load $etcd_load ops/s, YCSB-B $etcd_ops ops/s; flowkv sync YCSB-B $sync_ops ops/s"
 echo "capacity: catch-up $xmib MiB in $xs s = $xrate MiB/s (the first of $xfers transfers; caught up after the run: $caught); mdb_copy $copy_mib MiB at $copy_rate MiB/s; YCSB-B meanwhile $catch_ops ops/s"
-printf 'capacity: records=%s load_ops=%s ycsbb_ops=%s ycsbb_5k_ops=%s small_ratio=%s rss_mib=%s restart_ratio=%s catchup_ratio=%s catchup_transfers=%s catchup_ycsbb_ops=%s\n' \
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
+printf 'capacity: records=%s load_ops=%s ycsbb_ops=%s ycsbb_5k_ops=%s small_ratio=%s rss_mib=%s restart_ratio=%s catchup_ratio=%s catchup_transfers=%s catchup_ycsbb_ops=%s etcd_load_ops=%s etcd_ycsbb_ops=%s load_ratio_etcd=%s ycsbb_ratio_etcd=%s sync_ycsbb_ops=%s sync_ycsbb_ratio_etcd=%s\n' \
     "$records" "$load_ops" "$big_ops" "$small_ops" \
     "$(awk -v a="$big_ops" -v b="$small_ops" 'BEGIN { printf "%.2f", b ? a / b : 0 }')" "$rss" \
     "$(awk -v a="$big_ns" -v b="$tiny_ns" 'BEGIN { printf "%.2f", b ? a / b : 0 }')" \
-    "$(awk -v a="$xrate" -v b="$copy_rate" 'BEGIN { printf "%.2f", b ? a / b : 0 }')" "$xfers" "$catch_ops"
+    "$(awk -v a="$xrate" -v b="$copy_rate" 'BEGIN { printf "%.2f", b ? a / b : 0 }')" "$xfers" "$catch_ops" \
+    "$etcd_load" "$etcd_ops" "$(ratio "$load_ops" "$etcd_load")" "$(ratio "$big_ops" "$etcd_ops")" \
+    "$sync_ops" "$(ratio "$sync_ops" "$etcd_ops")"
