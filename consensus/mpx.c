@@ -330,10 +330,21 @@ void mpx__persist_trim(struct mpx *r, uint64_t index)
 
 /* ---- the state lives in the state machine (cons.h) ----------------------- */
 
+/* MPX_BUG_STALE_ROWS: reads the mark only, the table stays as it was. */
+static int skip_row(void *arg, const struct cons_session *s)
+{
+    (void)arg;
+    (void)s;
+    return 0;
+}
+
 uint64_t mpx__adopt_state(struct mpx *r)
 {
-    uint64_t index;
-    if (cons_sm_load(&r->sm, &r->ctab, &index) < 0) {
+    uint64_t index, clock;
+    if ((r->cfg.bugs & MPX_BUG_STALE_ROWS) && r->started) {
+        if (r->sm.ops->load(r->sm.impl, &index, &clock, skip_row, NULL) < 0)
+            r->poisoned = 1;
+    } else if (cons_sm_load(&r->sm, &r->ctab, &index) < 0) {
         r->poisoned = 1; /* the machine took the stream but cannot give it back */
         return 0;
     }

@@ -77,6 +77,7 @@ enum mpx_bug {
     MPX_BUG_LOCAL_READS = 1u << 1,       /* a leader answers GET from local state */
     MPX_BUG_NO_MERGE = 1u << 2,          /* phase 1 ignores values in promises */
     MPX_BUG_STALE_VOTES = 1u << 3,       /* votes of an incarnation that lost its disk count */
+    MPX_BUG_STALE_ROWS = 1u << 4,        /* a transferred state's client rows are not loaded */
 };
 
 struct mpx_config {

@@ -15,7 +15,7 @@
  * (nop.h) with whole-group crashes and slow disks (sim.h). A failing seed
  * prints its reason and the exact command that replays it; the exit status
  * is 1 when any seed failed. --bug plants a known bug: apply-uncommitted,
- * local-reads, no-merge, stale-votes (Multi-Paxos) or no-gap-agreement,
+ * local-reads, no-merge, stale-votes, stale-rows (Multi-Paxos) or no-gap-agreement,
  * follower-exec, restore-no-recovery, reply-unpersisted (NOPaxos; the last
  * implies --durable); with --expect-failure the status is 0 only if some
  * seed failed (the checkers can fail), stopping at the first. A campaign
@@ -44,6 +44,7 @@ static const struct {
     {"local-reads", SIM_MPX, MPX_BUG_LOCAL_READS},
     {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE},
     {"stale-votes", SIM_MPX, MPX_BUG_STALE_VOTES},
+    {"stale-rows", SIM_MPX, MPX_BUG_STALE_ROWS},
     {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
     {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
     {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY},
@@ -65,12 +66,13 @@ struct args {
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]\n"
-                    "                  [--seed S] [--seconds S] [--ops N] [--fault-ms MS]\n"
-                    "                  [--durable] [--bug NAME] [--verbose] [--expect-failure]\n"
-                    "bugs: apply-uncommitted, local-reads, no-merge, stale-votes (mpx);\n"
-                    "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
-                    "      reply-unpersisted (nop, durable)\n");
+    fprintf(stderr,
+            "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]\n"
+            "                  [--seed S] [--seconds S] [--ops N] [--fault-ms MS]\n"
+            "                  [--durable] [--bug NAME] [--verbose] [--expect-failure]\n"
+            "bugs: apply-uncommitted, local-reads, no-merge, stale-votes, stale-rows (mpx);\n"
+            "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
+            "      reply-unpersisted (nop, durable)\n");
 }
 
 static int parse_bug(struct args *a, const char *name)

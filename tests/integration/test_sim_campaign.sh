@@ -83,12 +83,15 @@ for args in "--proto mpx" "--proto nop" "--proto nop --durable"; do
 done
 
 # reply-unpersisted runs in durable mode (the option implies --durable).
+# stale-rows (a replica that installs a transferred state keeps its old
+# client table) shows that the end-of-run comparison covers the machine's
+# client rows and mark, not only its pairs.
 # stale-votes needs a five-replica group, the amnesia fault and a vote
 # counted across the lost incarnation: one seed in a few thousand (the
 # first was 494, then 1444 once leaders proposed retried reads again; in
 # 1..20,000 the gaps were up to about 10,000), so it gets more seeds; the
 # run stops at the first failure.
-for bug in apply-uncommitted local-reads no-merge stale-votes no-gap-agreement follower-exec \
+for bug in apply-uncommitted local-reads no-merge stale-votes stale-rows no-gap-agreement follower-exec \
     restore-no-recovery reply-unpersisted; do
     seeds=1000
     [ "$bug" = stale-votes ] && seeds=30000
