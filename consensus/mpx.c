@@ -388,6 +388,7 @@ static void maybe_compact(struct mpx *r)
 
 void mpx__apply_committed(struct mpx *r)
 {
+    uint64_t from = r->applied;
     while (r->applied < r->commit && !r->poisoned) {
         const struct mpx_slot *s = mpx__cslot(r, r->applied + 1);
         assert(s && s->chosen);
@@ -403,10 +404,12 @@ void mpx__apply_committed(struct mpx *r)
                 mpx__reply(r, s->ops[k].client_id, &r->reply);
         }
         r->applied++;
-        if (r->sm.ops->mark(r->sm.impl, r->applied, r->ctab.ops) < 0) {
-            r->poisoned = 1;
-            return;
-        }
+    }
+    /* The mark once for all the slots this call applied: a step's writes
+     * reach the disk together (cons.h), so only its last mark counts. */
+    if (r->applied > from && r->sm.ops->mark(r->sm.impl, r->applied, r->ctab.ops) < 0) {
+        r->poisoned = 1;
+        return;
     }
     /* Caught up through the log meanwhile: a state fetched now would be
      * older than this one (it is staged, never installed, cons.h). */
