@@ -61,6 +61,7 @@
 
 #include "cons.h"
 #include "cons_wire.h"
+#include "nop.h"
 
 #include <stdint.h>
 
@@ -103,7 +104,7 @@ _Static_assert(sizeof(struct fkc_oum) == 48, "oum header is 48 bytes");
 /* kv.oum fragments: a small operation (a get, or a put of up to 144 bytes
  * of key and value: YCSB-B's update is 100) is one fragment and one
  * sequence number; the largest op takes
- * ceil(FKC_OUM_MSG_MAX / (FKC_OUM_TUPLE - FLOW_MSG_HDR)) = 12 numbers, its
+ * ceil(FKC_OUM_MSG_MAX / (FKC_OUM_TUPLE - FLOW_MSG_HDR)) = 10 numbers, its
  * leading fragments NO-OPs in the replicas' logs (nop.h, fills). Tuples
  * are fixed-size (DFI section 3), so the size is what every small request
  * pays: with 512 bytes a YCSB-B burst filled 16-tuple segments and the
@@ -112,7 +113,7 @@ _Static_assert(sizeof(struct fkc_oum) == 48, "oum header is 48 bytes");
  * (NOPaxos' closed-loop YCSB-B throughput about 25% higher). Before that,
  * every request took a tuple as large as the largest op (2,208 bytes). */
 #define FKC_OUM_TUPLE   256
-#define FKC_OUM_MSG_MAX (sizeof(struct fkc_oum) + CONS_WIRE_OP_MAX)
+#define FKC_OUM_MSG_MAX (sizeof(struct fkc_oum) + NOP_WIRE_OP_MAX) /* nop.h: NOP_OP_MAX */
 
 /* A replica's answer to FKC_STATUS (what `flowkv status` prints). */
 enum fkc_role {

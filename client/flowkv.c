@@ -32,7 +32,8 @@
 #include <unistd.h>
 
 _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX &&
-                   FLOWKV_SCAN_MAX == CONS_SCAN_MAX && FLOWKV_RESULT_MAX == CONS_REPLY_MAX,
+                   FLOWKV_SCAN_MAX == CONS_SCAN_MAX && FLOWKV_RESULT_MAX == CONS_REPLY_MAX &&
+                   FLOWKV_NOP_OP_MAX == NOP_OP_MAX && FLOWKV_SCAN_PAGE == CONS_SCAN_PAGE,
                "the public limits are the cores' limits");
 
 #define RESEND_NS       (100ULL * 1000000ULL) /* a request unanswered this long is resent */
@@ -55,8 +56,10 @@ struct slot {
     uint64_t deadline, resend_at;
     uint32_t tries;
     struct cons_op op;
+    uint8_t *obuf; /* op's bytes when they do not fit inline, obuf_cap of them */
+    size_t obuf_cap;
     struct nop_quorum q;
-    struct cons_reply res;
+    struct cons_reply res; /* res.data: the slot's result buffer, grown to the largest */
 };
 
 struct replica {
@@ -321,6 +324,10 @@ void flowkv_close(flowkv *kv)
     close_oum(kv);
     if (kv->node != NULL)
         flow_node_destroy(kv->node);
+    for (uint32_t i = 0; kv->slots != NULL && i < kv->pipeline; i++) {
+        free(kv->slots[i].obuf);
+        free(kv->slots[i].res.data);
+    }
     free(kv->slots);
     free(kv->tuple);
     free(kv);
@@ -440,6 +447,50 @@ static int check_op(const struct flowkv_op *op)
     return 0;
 }
 
+/* s->op := op, under the slot's session. Bytes that do not fit inline
+ * go to the slot's own buffer, key, value and expected one after another
+ * (cons_op_init), kept for resends. */
+static int build_op(flowkv *kv, struct slot *s, const struct flowkv_op *op)
+{
+    _Static_assert(FLOWKV_SCAN_AFTER == CONS_SCAN_AFTER, "scan flags line up");
+    size_t vlen = op->type == FLOWKV_PUT || op->type == FLOWKV_CAS ? op->vlen : 0;
+    /* The end key of a scan travels as exp (cons.h). */
+    const void *exp = op->type == FLOWKV_CAS ? op->exp : op->end;
+    size_t elen = op->type == FLOWKV_CAS ? op->elen : op->type == FLOWKV_SCAN ? op->endlen : 0;
+    size_t n = op->klen + vlen + elen;
+    if (kv->nop && n > NOP_OP_MAX) {
+        snprintf(kv->detail, sizeof kv->detail,
+                 "nopaxos carries at most %u bytes of key and values in one request (%zu here)",
+                 (unsigned)NOP_OP_MAX, n);
+        return FK_EVALSIZE;
+    }
+    const uint8_t *k = op->key, *v = op->val, *e = exp;
+    if (n > CONS_OP_INLINE) {
+        if (s->obuf_cap < n) {
+            free(s->obuf);
+            s->obuf_cap = 0;
+            s->obuf = malloc(n);
+            if (s->obuf == NULL)
+                return FK_ENOMEM;
+            s->obuf_cap = n;
+        }
+        memcpy(s->obuf, op->key, op->klen);
+        if (vlen)
+            memcpy(s->obuf + op->klen, op->val, vlen);
+        if (elen)
+            memcpy(s->obuf + op->klen + vlen, exp, elen);
+        k = s->obuf;
+        v = k + op->klen;
+        e = v + vlen;
+    }
+    cons_op_init(&s->op, op->type, k, (uint32_t)op->klen, v, (uint32_t)vlen, e, (uint32_t)elen);
+    s->op.client_id = s->client_id;
+    s->op.req_no = ++s->req_no;
+    s->op.scan_limit = (uint8_t)op->count;
+    s->op.scan_flags = (uint8_t)op->flags;
+    return 0;
+}
+
 int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
 {
     int rc = check_op(op);
@@ -453,28 +504,9 @@ int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
         return FK_EBUSY;
     _Static_assert((int)FLOWKV_GET == (int)CONS_OP_GET && (int)FLOWKV_SCAN == (int)CONS_OP_SCAN,
                    "op types line up");
-    memset(&s->op, 0, offsetof(struct cons_op, key));
-    s->op.client_id = s->client_id;
-    s->op.req_no = ++s->req_no;
-    s->op.type = op->type;
-    s->op.scan_limit = (uint8_t)op->count;
-    s->op.key_len = (uint16_t)op->klen;
-    memcpy(s->op.key, op->key, op->klen);
-    if (op->type == FLOWKV_PUT || op->type == FLOWKV_CAS) {
-        s->op.val_len = (uint16_t)op->vlen;
-        memcpy(s->op.val, op->val, op->vlen);
-    }
-    if (op->type == FLOWKV_CAS) {
-        s->op.exp_len = (uint16_t)op->elen;
-        memcpy(s->op.exp, op->exp, op->elen);
-    }
-    if (op->type == FLOWKV_SCAN) { /* the end key travels as exp (cons.h) */
-        _Static_assert(FLOWKV_SCAN_AFTER == CONS_SCAN_AFTER, "scan flags line up");
-        s->op.scan_flags = (uint8_t)op->flags;
-        s->op.exp_len = (uint16_t)op->endlen;
-        if (op->endlen)
-            memcpy(s->op.exp, op->end, op->endlen);
-    }
+    rc = build_op(kv, s, op);
+    if (rc < 0)
+        return rc;
     s->busy = 1;
     s->done = 0;
     s->tag = op->tag;
@@ -499,10 +531,35 @@ static struct slot *slot_of(flowkv *kv, uint64_t client_id)
     return s->busy && !s->done && s->client_id == client_id ? s : NULL;
 }
 
+/* The slot's result: rep's fields and its len bytes at data. The buffer
+ * grows to the largest result the slot has had (a GET of a 1 MiB value
+ * once), and is kept: no allocation per call at a steady size. On no
+ * memory the result is that error. */
+static void finish_data(struct slot *s, const struct cons_reply *rep, const uint8_t *data)
+{
+    s->done = 1;
+    s->res.client_id = rep->client_id;
+    s->res.req_no = rep->req_no;
+    s->res.status = rep->status;
+    s->res.len = 0;
+    if (rep->len > s->res.cap) {
+        uint32_t cap = rep->len < 16384 ? 16384 : rep->len;
+        uint8_t *p = realloc(s->res.data, cap);
+        if (p == NULL) {
+            s->res.status = FK_ENOMEM;
+            return;
+        }
+        s->res.data = p;
+        s->res.cap = cap;
+    }
+    if (rep->len)
+        memcpy(s->res.data, data, rep->len);
+    s->res.len = rep->len;
+}
+
 static void finish(struct slot *s, const struct cons_reply *rep)
 {
-    cons_reply_copy(&s->res, rep);
-    s->done = 1;
+    finish_data(s, rep, rep->data);
 }
 
 static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *buf, size_t len)
@@ -517,8 +574,9 @@ static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *
         return;
     }
     struct cons_reply rep;
+    const uint8_t *data;
     uint32_t hint;
-    if (mpx_decode_reply(buf, len, &rep, &hint) < 0 || rep.client_id != s->client_id ||
+    if (mpx_decode_reply(buf, len, &rep, &data, &hint) < 0 || rep.client_id != s->client_id ||
         rep.req_no != s->req_no)
         return;
     if (rep.status == FK_ENOTLEADER) {
@@ -528,7 +586,7 @@ static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *
         return;
     }
     kv->leader = from;
-    finish(s, &rep);
+    finish_data(s, &rep, data);
 }
 
 static void pump_replica(flowkv *kv, uint32_t i)
@@ -717,12 +775,11 @@ int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
     int rc = call(kv, &op, &d);
     res->status = rc;
     res->len = rc == 0 ? d.len : 0;
-    if (rc == 0)
-        memcpy(res->data, d.data, d.len);
+    res->data = rc == 0 ? d.data : NULL;
     return rc;
 }
 
-/* The pair at data[*off..len) of a scan reply (u16 key length, key, u16
+/* The pair at data[*off..len) of a scan reply (u16 key length, key, u32
  * value length, value): 1 and *off advanced, 0 at the end, FK_EMALFORMED. */
 static int next_pair(const uint8_t *data, uint32_t len, size_t *off, const uint8_t **key,
                      size_t *klen, const uint8_t **val, size_t *vlen)
@@ -733,7 +790,7 @@ static int next_pair(const uint8_t *data, uint32_t len, size_t *off, const uint8
     cons_rbuf_init(&r, data + *off, len - *off);
     *klen = cons_r_u16(&r);
     *key = cons_r_bytes(&r, *klen);
-    *vlen = cons_r_u16(&r);
+    *vlen = cons_r_u32(&r);
     *val = cons_r_bytes(&r, *vlen);
     if (r.err)
         return FK_EMALFORMED;

@@ -24,9 +24,12 @@
  * forgot answers FLOWKV_EEXPIRED: the outcome is unknown (like a timeout).
  *
  * Limits (checked here and by the replicas; README, "Limits"): keys
- * 1..FLOWKV_KEY_MAX bytes, values 0..FLOWKV_VAL_MAX bytes, one scan request
- * returns 1..FLOWKV_SCAN_MAX pairs and at most FLOWKV_RESULT_MAX bytes;
- * flowkv_scan_range pages through up to FLOWKV_SCAN_COUNT_MAX pairs.
+ * 1..FLOWKV_KEY_MAX bytes, values 0..FLOWKV_VAL_MAX bytes (NOPaxos: key,
+ * value and expected value of one request together at most
+ * FLOWKV_NOP_OP_MAX bytes, FK_EVALSIZE with flowkv_error_detail naming
+ * it), one scan request returns 1..FLOWKV_SCAN_MAX pairs, a page of at
+ * most FLOWKV_SCAN_PAGE bytes or one pair; flowkv_scan_range pages
+ * through up to FLOWKV_SCAN_COUNT_MAX pairs.
  *
  * Errors are negative codes (fk_error.h; fk_strerror names them):
  * FK_ENOTFOUND (get, del, cas on a missing key), FK_ECASFAIL (cas: the
@@ -50,11 +53,13 @@
 #include <stdint.h>
 
 #define FLOWKV_KEY_MAX        511
-#define FLOWKV_VAL_MAX        1024
+#define FLOWKV_VAL_MAX        1048576 /* 1 MiB (NOPaxos: FLOWKV_NOP_OP_MAX) */
+#define FLOWKV_NOP_OP_MAX     4096    /* NOPaxos: key + value (+ expected) bytes of one request */
 #define FLOWKV_SCAN_MAX       16
+#define FLOWKV_SCAN_PAGE      8192 /* bytes of pairs after which a scan page stops */
 #define FLOWKV_PIPELINE_MAX   128
-#define FLOWKV_RESULT_MAX     8192  /* bytes of a get value or scan pairs */
-#define FLOWKV_SCAN_COUNT_MAX 10000 /* pairs one flowkv_scan_range call visits */
+#define FLOWKV_RESULT_MAX     1049093 /* bytes of a get value or scan page: 1 MiB + 517 */
+#define FLOWKV_SCAN_COUNT_MAX 10000   /* pairs one flowkv_scan_range call visits */
 
 typedef struct flowkv flowkv;
 
@@ -86,11 +91,13 @@ int flowkv_cas(flowkv *kv, const void *key, size_t klen, const void *exp, size_t
                const void *val, size_t vlen);
 
 /* A scan's result: up to `count` pairs with key >= start, in key order
- * (memcmp order, shorter first). Walk them with flowkv_scan_next. */
+ * (memcmp order, shorter first), as many as one page holds (pairs up to
+ * FLOWKV_SCAN_PAGE bytes, at least one). Walk them with flowkv_scan_next.
+ * data points into the handle: valid until its next call. */
 struct flowkv_result {
     int status;
     uint32_t len;
-    uint8_t data[FLOWKV_RESULT_MAX];
+    const uint8_t *data;
 };
 int flowkv_scan(flowkv *kv, const void *start, size_t slen, uint32_t count,
                 struct flowkv_result *res);

@@ -51,7 +51,7 @@
     X(FK_EEXPIRED, 27, "client session expired (evicted from the client table)")                   \
     X(FK_EUNKEPT, 28, "reply not kept (a read logged without being executed)")                     \
     X(FK_EKEYSIZE, 29, "key over the size limit of 511 bytes")                                     \
-    X(FK_EVALSIZE, 30, "value over the size limit of 1024 bytes")                                  \
+    X(FK_EVALSIZE, 30, "value over the size limit of 1048576 bytes")                               \
     X(FK_EQUOTA, 31, "quota exceeded")
 
 enum fk_err {

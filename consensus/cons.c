@@ -16,6 +16,74 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
+void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t key_len,
+                  const void *val, uint32_t val_len, const void *exp, uint32_t exp_len)
+{
+    assert(key_len <= CONS_KEY_MAX);
+    memset(op, 0, CONS_OP_HEAD);
+    op->type = type;
+    op->key_len = (uint16_t)key_len;
+    op->val_len = val_len;
+    op->exp_len = exp_len;
+    op->ext = NULL;
+    if (cons_op_nbytes(op) > CONS_OP_INLINE) {
+        /* The caller's bytes, one after another (cons_op_init's contract). */
+        assert((const uint8_t *)val == (const uint8_t *)key + key_len || val_len == 0);
+        op->ext = key;
+        return;
+    }
+    if (key_len)
+        memcpy(op->inl, key, key_len);
+    if (val_len)
+        memcpy(op->inl + key_len, val, val_len);
+    if (exp_len)
+        memcpy(op->inl + key_len + val_len, exp, exp_len);
+}
+
+int cons_op_store(struct cons_op *dst, struct cons_big *big, struct cons_bigpool *pool,
+                  const struct cons_op *src)
+{
+    size_t n = cons_op_nbytes(src);
+    if (n <= CONS_OP_INLINE) {
+        if (src->ext) {
+            memcpy(dst, src, CONS_OP_HEAD);
+            dst->ext = NULL;
+            memcpy(dst->inl, src->ext, n);
+        } else if (dst != src) {
+            cons_op_copy(dst, src);
+        }
+        cons_big_free(big, pool); /* a small op: the slot gives its megabyte back */
+        return 0;
+    }
+    if (big->cap < n) {
+        size_t more = n - big->cap;
+        if (more > pool->max - pool->held)
+            return FK_EFULL;
+        uint8_t *p = realloc(big->p, n);
+        if (p == NULL)
+            return FK_ENOMEM;
+        big->p = p;
+        big->cap = (uint32_t)n;
+        pool->held += more;
+    }
+    assert(src->ext != big->p); /* a store into itself would read what it writes */
+    memcpy(big->p, cons_op_key(src), n);
+    memcpy(dst, src, CONS_OP_HEAD);
+    dst->ext = big->p;
+    return 0;
+}
+
+void cons_big_free(struct cons_big *big, struct cons_bigpool *pool)
+{
+    if (big->p == NULL)
+        return;
+    assert(pool->held >= big->cap);
+    pool->held -= big->cap;
+    free(big->p);
+    big->p = NULL;
+    big->cap = 0;
+}
+
 int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
 {
     memset(t, 0, sizeof *t);

@@ -36,22 +36,28 @@
 /* ---- documented limits -------------------------------------------------
  * Every bound in the cores is one of these, checked at compile time.
  * Keys and values are opaque bytes. */
-#define CONS_KEY_MAX         511        /* bytes in a key: LMDB's default key limit */
-#define CONS_VAL_MAX         1024       /* bytes in a value (and a CAS expected value) */
-#define CONS_SCAN_MAX        16         /* pairs one range scan may return */
-#define CONS_REPLY_MAX       8192       /* bytes of reply payload (a value or scan pairs) */
-#define CONS_REPLICAS_MAX    7          /* replicas in a group (2f+1, f <= 3) */
-#define CONS_BATCH_MAX       8          /* client operations in one log entry */
-#define CONS_LOG_CAP_MAX     4096       /* log entries held in memory (the window), either core */
-#define CONS_CLIENTS_MAX     (1u << 17) /* clients in the client table (131,072) */
-#define CONS_MSG_MAX         (8u << 20) /* bytes in one wire message */
-#define CONS_OUT_MSGS_MAX    256        /* messages in one outbox */
-#define CONS_OUT_PERSIST_MAX 256        /* persist requests in one outbox */
+#define CONS_KEY_MAX   511        /* bytes in a key: LMDB's default key limit */
+#define CONS_VAL_MAX   (1u << 20) /* bytes in a value (and a CAS expected value): 1 MiB */
+#define CONS_OP_INLINE 4096       /* key, value and expected bytes an op holds in itself */
+#define CONS_SCAN_MAX  16         /* pairs one range scan may return */
+#define CONS_SCAN_PAGE 8192       /* bytes of pairs after which a scan page stops */
+/* Bytes of reply payload: a GET's value, or a scan page (pairs up to
+ * CONS_SCAN_PAGE bytes, or one pair of a largest key and value). */
+#define CONS_REPLY_MAX       (CONS_VAL_MAX + CONS_KEY_MAX + 6)
+#define CONS_REPLICAS_MAX    7           /* replicas in a group (2f+1, f <= 3) */
+#define CONS_BATCH_MAX       8           /* client operations in one log entry */
+#define CONS_LOG_CAP_MAX     4096        /* log entries held in memory (the window), either core */
+#define CONS_CLIENTS_MAX     (1u << 17)  /* clients in the client table (131,072) */
+#define CONS_MSG_MAX         (32u << 20) /* bytes in one wire message */
+#define CONS_OUT_MSGS_MAX    256         /* messages in one outbox */
+#define CONS_OUT_PERSIST_MAX 256         /* persist requests in one outbox */
 
 _Static_assert(CONS_REPLICAS_MAX % 2 == 1 && CONS_REPLICAS_MAX <= 64,
                "replica sets are 2f+1 and fit a 64-bit ack mask");
-_Static_assert(CONS_KEY_MAX < 65536 && CONS_VAL_MAX < 65536, "lengths travel as u16");
-_Static_assert(CONS_REPLY_MAX >= CONS_VAL_MAX, "a GET reply carries a whole value");
+_Static_assert(CONS_KEY_MAX < 65536 && CONS_OP_INLINE >= CONS_KEY_MAX,
+               "key lengths travel as u16; a key always fits inline");
+_Static_assert(2ull * CONS_VAL_MAX + CONS_KEY_MAX < (1ull << 31), "op lengths fit an int");
+_Static_assert(CONS_REPLY_MAX >= CONS_SCAN_PAGE, "a reply holds a scan page");
 _Static_assert(CONS_BATCH_MAX >= 1 && CONS_BATCH_MAX < 256, "batch count travels as u8");
 _Static_assert((CONS_LOG_CAP_MAX & (CONS_LOG_CAP_MAX - 1)) == 0, "log ring is a power of two");
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -70,58 +76,128 @@ enum cons_op_type {
 
 /* SCAN flags. A scan returns, in key order, up to scan_limit pairs whose
  * key is >= key (> key with CONS_SCAN_AFTER) and, when exp_len > 0, < exp
- * (the end key, exclusive), as many as fit CONS_REPLY_MAX. A client pages
+ * (the end key, exclusive): pairs while the page stays within
+ * CONS_SCAN_PAGE bytes, and at least one (u16 klen, key, u32 vlen, value
+ * each, struct cons_reply). A client pages
  * through a longer range by asking again AFTER the last key it got: the
  * successor of a key of CONS_KEY_MAX bytes would not be a valid key. */
 enum cons_scan_flag {
     CONS_SCAN_AFTER = 1, /* the start key is exclusive (a continuation) */
 };
 
-/* One client operation, in memory. Fixed size so logs are arrays; on the
- * wire only the used bytes travel (cons_wire.h). */
+/* One client operation, in memory. Its key, value and expected bytes lie
+ * one after another (key, val, exp): in the op itself when they fit
+ * CONS_OP_INLINE (a CAS of two YCSB default records does), else at `ext`, bytes the op
+ * does not own (a decoded message, or a cons_big of whoever stores the op:
+ * cons_op_store). So an op is a fixed-size value that logs keep in arrays
+ * without reserving a megabyte per slot, and one whose bytes are inline
+ * copies as bytes. On the wire only the used bytes travel (cons_wire.h).
+ * Read the bytes through cons_op_key/val/exp, never inl directly. */
 struct cons_op {
     uint64_t client_id; /* nonzero for client ops; 0 for NOOP */
     uint64_t req_no;    /* per client, increasing from 1 */
     uint8_t type;       /* enum cons_op_type */
     uint8_t scan_limit; /* SCAN: 1..CONS_SCAN_MAX */
     uint8_t scan_flags; /* SCAN: enum cons_scan_flag; 0 for other ops */
-    uint8_t reserved;   /* 0: no byte before key is padding (the cores hash that prefix) */
-    uint16_t key_len, val_len, exp_len;
-    uint8_t key[CONS_KEY_MAX];
-    uint8_t val[CONS_VAL_MAX]; /* PUT value, CAS new value */
-    uint8_t exp[CONS_VAL_MAX]; /* CAS expected value; SCAN end key (exp_len <= CONS_KEY_MAX) */
+    uint8_t reserved;   /* 0: no byte of the head is padding (the cores hash it) */
+    uint16_t key_len;
+    uint16_t reserved2; /* 0 */
+    uint32_t val_len, exp_len;
+    const uint8_t *ext; /* NULL: the bytes are in inl */
+    uint8_t inl[CONS_OP_INLINE];
 };
 
-_Static_assert(offsetof(struct cons_op, key_len) == 20 && offsetof(struct cons_op, key) == 26,
-               "the fixed prefix of an op has no padding: cores hash and copy it as bytes");
+/* The head: the fields that describe an op, hashed and compared as bytes. */
+#define CONS_OP_HEAD offsetof(struct cons_op, ext)
+_Static_assert(CONS_OP_HEAD == 32, "the head of an op has no padding: cores hash it as bytes");
 
-/* Copies op's used bytes to dst; the rest of dst keeps what it held, which
- * nothing reads (every reader goes by the lengths, as the wire does). An op
- * is ~2 KiB and a YCSB one uses ~100 B: whole copies were three 2 KiB
- * memcpys per request per NOPaxos replica. */
-static inline void cons_op_copy(struct cons_op *dst, const struct cons_op *src)
+static inline size_t cons_op_nbytes(const struct cons_op *op)
 {
-    memcpy(dst, src, offsetof(struct cons_op, key));
-    memcpy(dst->key, src->key, src->key_len);
-    memcpy(dst->val, src->val, src->val_len);
-    memcpy(dst->exp, src->exp, src->exp_len);
+    return (size_t)op->key_len + op->val_len + op->exp_len;
 }
 
+static inline const uint8_t *cons_op_key(const struct cons_op *op)
+{
+    return op->ext ? op->ext : op->inl;
+}
+
+static inline const uint8_t *cons_op_val(const struct cons_op *op)
+{
+    return cons_op_key(op) + op->key_len;
+}
+
+static inline const uint8_t *cons_op_exp(const struct cons_op *op)
+{
+    return cons_op_val(op) + op->val_len;
+}
+
+/* Sets op's head fields to zero and its bytes to key, val and exp; when
+ * they do not fit inline they stay where the caller has them (ext = big,
+ * which must hold the three one after another: the caller's buffer). For
+ * builders (clients, tests, the simulator). */
+void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t key_len,
+                  const void *val, uint32_t val_len, const void *exp, uint32_t exp_len);
+
+/* Copies an op whose bytes are inline (asserted): the head and the used
+ * bytes, not the whole inline area. An op is ~2 KiB and a YCSB one uses
+ * ~100 B: whole copies were three 2 KiB memcpys per request per NOPaxos
+ * replica. */
+static inline void cons_op_copy(struct cons_op *dst, const struct cons_op *src)
+{
+    assert(src->ext == NULL && cons_op_nbytes(src) <= CONS_OP_INLINE);
+    memcpy(dst, src, CONS_OP_HEAD);
+    dst->ext = NULL;
+    memcpy(dst->inl, src->inl, cons_op_nbytes(src));
+}
+
+/* Storage for the bytes of an op that do not fit inline, owned by whoever
+ * keeps the op (a log slot, a queue entry), reused from op to op and
+ * given back as soon as it holds a small one. `pool` counts the bytes of
+ * every cons_big of one holder against its budget: with values up to
+ * CONS_VAL_MAX, a log of small ops must not reserve a megabyte a slot, and
+ * a log of large ones must stop at a bound (the holder refuses or drops
+ * what does not fit, as if it were lost). */
+struct cons_bigpool {
+    size_t held, max;
+};
+
+struct cons_big {
+    uint8_t *p;
+    uint32_t cap;
+};
+
+/* dst := src (src's bytes may be anywhere; dst's end inline or in *big).
+ * Returns 0, or FK_EFULL when src needs more bytes than pool has left
+ * (dst and *big unchanged), FK_ENOMEM. No allocation for an inline op, or
+ * for a large one whose size the big already had. */
+int cons_op_store(struct cons_op *dst, struct cons_big *big, struct cons_bigpool *pool,
+                  const struct cons_op *src);
+/* Gives big's bytes back (to pool's count and to the allocator). */
+void cons_big_free(struct cons_big *big, struct cons_bigpool *pool);
+
 /* The result of one operation. GET: data = value. SCAN: data = pairs, each
- * u16 key length, key, u16 value length, value (little-endian). */
+ * u16 key length, key, u32 value length, value (little-endian). data is
+ * the holder's buffer of cap bytes (CONS_REPLY_MAX wherever an apply may
+ * fill it): a megabyte that no struct carries inline. */
 struct cons_reply {
     uint64_t client_id, req_no;
     int32_t status; /* 0 or a negative FK_E* code */
     uint32_t len;   /* bytes used in data */
-    uint8_t data[CONS_REPLY_MAX];
+    uint8_t *data;
+    uint32_t cap;
 };
 
-/* Copies reply's used bytes to dst (a reply is ~8 KiB, a GET's value
- * ~100 B), as cons_op_copy does for ops. */
+/* Copies reply's fields and used bytes into dst's buffer (dst->cap >=
+ * src->len, asserted). */
 static inline void cons_reply_copy(struct cons_reply *dst, const struct cons_reply *src)
 {
-    assert(src->len <= CONS_REPLY_MAX);
-    memcpy(dst, src, offsetof(struct cons_reply, data) + src->len);
+    assert(src->len <= dst->cap);
+    dst->client_id = src->client_id;
+    dst->req_no = src->req_no;
+    dst->status = src->status;
+    dst->len = src->len;
+    if (src->len)
+        memcpy(dst->data, src->data, src->len);
 }
 
 /* ---- the state machine the cores apply to ------------------------------

@@ -38,6 +38,7 @@ static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
         .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
         .history_bytes = cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT,
+        .big_bytes = cfg->big_bytes,
         .arena_bytes = cfg->arena_bytes,
         .tick_ns = cfg->tick_ns,
         .heartbeat_ns = cfg->heartbeat_ns,

@@ -51,6 +51,7 @@ struct cons_core_config {
     uint32_t xfer_chunk;  /* Multi-Paxos: state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
     uint32_t xfer_window; /* Multi-Paxos: chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
     size_t history_bytes; /* Multi-Paxos: compacted entries kept; 0 = CONS_HISTORY_DEFAULT */
+    size_t big_bytes;     /* Multi-Paxos: large values in the log (mpx.h); 0 = the most */
     size_t arena_bytes;   /* outbox arena */
     uint64_t heartbeat_ns; /* leader heartbeat, retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long acts */

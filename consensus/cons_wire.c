@@ -133,9 +133,7 @@ void cons_wire_put_op(struct cons_wbuf *w, const struct cons_op *op)
                              .val_len = op->val_len,
                              .exp_len = op->exp_len};
     cons_w_bytes(w, &h, sizeof h);
-    cons_w_bytes(w, op->key, op->key_len);
-    cons_w_bytes(w, op->val, op->val_len);
-    cons_w_bytes(w, op->exp, op->exp_len);
+    cons_w_bytes(w, cons_op_key(op), cons_op_nbytes(op));
 }
 
 /* Which fields each type carries: NOOP nothing; GET/DEL a key; PUT key and
@@ -146,7 +144,7 @@ static int op_shape_ok(const struct cons_wire_op *h)
 {
     if (h->key_len > CONS_KEY_MAX || h->val_len > CONS_VAL_MAX || h->exp_len > CONS_VAL_MAX)
         return 0;
-    if (h->type != CONS_OP_SCAN && h->scan_flags != 0)
+    if ((h->type != CONS_OP_SCAN && h->scan_flags != 0) || h->pad[0] || h->pad[1] || h->pad[2])
         return 0;
     switch (h->type) {
     case CONS_OP_NOOP:
@@ -185,23 +183,24 @@ int cons_wire_get_op(struct cons_rbuf *r, struct cons_op *op)
     struct cons_wire_op h;
     if (read_op_hdr(r, &h) < 0)
         return FK_EMALFORMED;
-    const uint8_t *k = cons_r_bytes(r, h.key_len);
-    const uint8_t *v = cons_r_bytes(r, h.val_len);
-    const uint8_t *e = cons_r_bytes(r, h.exp_len);
+    size_t n = (size_t)h.key_len + h.val_len + h.exp_len;
+    const uint8_t *b = cons_r_bytes(r, n);
     if (r->err)
         return FK_EMALFORMED;
+    memset(op, 0, CONS_OP_HEAD);
     op->client_id = h.client_id;
     op->req_no = h.req_no;
     op->type = h.type;
     op->scan_limit = h.scan_limit;
     op->scan_flags = h.scan_flags;
-    op->reserved = 0;
     op->key_len = h.key_len;
     op->val_len = h.val_len;
     op->exp_len = h.exp_len;
-    memcpy(op->key, k, h.key_len);
-    memcpy(op->val, v, h.val_len);
-    memcpy(op->exp, e, h.exp_len);
+    op->ext = NULL;
+    if (n > CONS_OP_INLINE)
+        op->ext = b; /* in place: no megabyte copied per decode */
+    else if (n)
+        memcpy(op->inl, b, n);
     return 0;
 }
 
@@ -210,8 +209,9 @@ int cons_wire_skip_op(struct cons_rbuf *r)
     struct cons_wire_op h;
     if (read_op_hdr(r, &h) < 0)
         return FK_EMALFORMED;
-    cons_r_bytes(r, (size_t)h.key_len + h.val_len + h.exp_len);
-    return r->err ? FK_EMALFORMED : 0;
+    size_t n = (size_t)h.key_len + h.val_len + h.exp_len;
+    cons_r_bytes(r, n);
+    return r->err ? FK_EMALFORMED : (int)n;
 }
 
 void cons_wire_put_reply(struct cons_wbuf *w, const struct cons_reply *rep)
@@ -222,7 +222,7 @@ void cons_wire_put_reply(struct cons_wbuf *w, const struct cons_reply *rep)
     cons_w_bytes(w, rep->data, rep->len);
 }
 
-int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep)
+int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep, const uint8_t **data)
 {
     struct cons_wire_reply h;
     const uint8_t *q = cons_r_bytes(r, sizeof h);
@@ -240,6 +240,6 @@ int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep)
     rep->req_no = h.req_no;
     rep->status = h.status;
     rep->len = h.len;
-    memcpy(rep->data, d, h.len);
+    *data = d;
     return 0;
 }

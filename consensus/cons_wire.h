@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #define CONS_WIRE_MAGIC   0x4b46u /* "FK" */
-#define CONS_WIRE_VERSION 1
+#define CONS_WIRE_VERSION 2       /* 2: ops carry u32 value lengths (values up to 1 MiB) */
 
 enum cons_proto { CONS_PROTO_MPX = 1, CONS_PROTO_NOP = 2 };
 
@@ -46,9 +46,10 @@ struct cons_wire_op {
     uint64_t req_no;
     uint8_t type;
     uint8_t scan_limit;
-    uint16_t key_len, val_len, exp_len;
-    uint8_t scan_flags; /* zero in encodings older than the flag: a plain scan */
-    uint8_t pad[7];
+    uint16_t key_len;
+    uint32_t val_len, exp_len;
+    uint8_t scan_flags;
+    uint8_t pad[3];
 } __attribute__((packed));
 _Static_assert(sizeof(struct cons_wire_op) == 32, "wire op header is 32 bytes");
 
@@ -62,7 +63,7 @@ struct cons_wire_reply {
 _Static_assert(sizeof(struct cons_wire_reply) == 24, "wire reply header is 24 bytes");
 
 /* Largest encoded op and reply; a batch of ops in one entry. */
-#define CONS_WIRE_OP_MAX    (sizeof(struct cons_wire_op) + CONS_KEY_MAX + 2 * CONS_VAL_MAX)
+#define CONS_WIRE_OP_MAX    (sizeof(struct cons_wire_op) + CONS_KEY_MAX + 2 * (size_t)CONS_VAL_MAX)
 #define CONS_WIRE_REPLY_MAX (sizeof(struct cons_wire_reply) + CONS_REPLY_MAX)
 
 /* A bounded writer. On overflow it stops writing and remembers FK_ETOOBIG. */
@@ -109,12 +110,17 @@ int cons_wire_open(const uint8_t *buf, size_t len, uint8_t proto, uint8_t ntypes
                    struct cons_wire_hdr *h, struct cons_rbuf *r);
 
 /* Encodes/decodes one op. Decoding checks type, lengths against the limits
- * and that the fields a type needs are present: FK_EMALFORMED otherwise. */
+ * and that the fields a type needs are present: FK_EMALFORMED otherwise.
+ * An op whose bytes do not fit inline is decoded in place: op->ext points
+ * into r's buffer, valid while it is (cons_op_store keeps it longer). */
 void cons_wire_put_op(struct cons_wbuf *w, const struct cons_op *op);
 int cons_wire_get_op(struct cons_rbuf *r, struct cons_op *op);
 void cons_wire_put_reply(struct cons_wbuf *w, const struct cons_reply *rep);
-int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep);
-/* Skips one encoded op after validating it (no copy). */
+/* Decodes a reply's fields into *rep (not its data, nor rep->data and
+ * cap) and points *data at its rep->len bytes in r's buffer. */
+int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep, const uint8_t **data);
+/* Skips one encoded op after validating it (no copy); returns its key,
+ * value and expected bytes (>= 0). */
 int cons_wire_skip_op(struct cons_rbuf *r);
 
 #endif /* CONS_WIRE_H */

@@ -7,10 +7,13 @@
  * in server/ answers scans identically.
  *
  * Storage: a sorted array of max_keys fixed rows, each sizeof(struct
- * kv_row) = 2 + 2 + 64 + 1024 = 1092 bytes: 1,000 keys = 1.1 MiB, allocated
- * at create. Lookups are binary searches; inserts shift rows (fine for the
- * simulator's small key sets; the server uses LMDB). A PUT of a new key
- * when full replies FK_EFULL and changes nothing.
+ * kv_row) = 4 + 2 + 511 + KV_MEM_VAL_MAX bytes (~8.7 KiB: 64 keys = 0.5
+ * MiB), allocated at create. Lookups are binary searches; inserts shift
+ * rows (fine for the simulator's small key sets; the server uses LMDB). A
+ * PUT of a new key when full replies FK_EFULL, and a PUT or CAS of a value
+ * over KV_MEM_VAL_MAX (the simulator's values are smaller, but larger than
+ * an op holds inline, so they exercise the cores' big-op storage)
+ * FK_EVALSIZE; neither changes anything.
  *
  * It keeps the whole replicated state as cons.h's contract says: pairs,
  * the client table's rows (a sorted array that grows) and the mark. A
@@ -28,6 +31,8 @@
 #include <stdint.h>
 
 struct kv_mem;
+
+#define KV_MEM_VAL_MAX 8192 /* bytes of a value the in-memory machine holds */
 
 /* Creates a store for up to max_keys keys (1..1,000,000). NULL on bad
  * arguments or out of memory. Free with kv_mem_destroy. */

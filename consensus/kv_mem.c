@@ -9,9 +9,10 @@
 #include <string.h>
 
 struct kv_row {
-    uint16_t klen, vlen;
+    uint32_t vlen;
+    uint16_t klen;
     uint8_t key[CONS_KEY_MAX];
-    uint8_t val[CONS_VAL_MAX];
+    uint8_t val[KV_MEM_VAL_MAX];
 };
 
 /* One state (cons.h): pairs, client table rows and the mark. The live
@@ -96,7 +97,7 @@ uint32_t kv_mem_count(const struct kv_mem *kv)
 
 size_t kv_mem_snapshot_max(uint32_t max_keys)
 {
-    return CONS_SNAP_BYTES(0, max_keys, (size_t)max_keys * (CONS_KEY_MAX + CONS_VAL_MAX));
+    return CONS_SNAP_BYTES(0, max_keys, (size_t)max_keys * (CONS_KEY_MAX + KV_MEM_VAL_MAX));
 }
 
 /* Index of the first row of st with key >= (k, klen); *found when equal. */
@@ -119,16 +120,19 @@ static uint32_t lower_bound(const struct kv_mem *kv, const uint8_t *k, size_t kl
     return lower_bound_in(&kv->live, k, klen, found);
 }
 
-static void set_val(struct kv_row *row, const uint8_t *v, uint16_t vlen)
+static void set_val(struct kv_row *row, const uint8_t *v, uint32_t vlen)
 {
+    assert(vlen <= KV_MEM_VAL_MAX);
     row->vlen = vlen;
     memcpy(row->val, v, vlen);
 }
 
 static int do_put(struct kv_mem *kv, const struct cons_op *op, uint32_t i, int found)
 {
+    if (op->val_len > KV_MEM_VAL_MAX)
+        return FK_EVALSIZE;
     if (found) {
-        set_val(&kv->live.rows[i], op->val, op->val_len);
+        set_val(&kv->live.rows[i], cons_op_val(op), op->val_len);
         return 0;
     }
     if (kv->live.n >= kv->cap)
@@ -137,8 +141,8 @@ static int do_put(struct kv_mem *kv, const struct cons_op *op, uint32_t i, int f
             (size_t)(kv->live.n - i) * sizeof *kv->live.rows);
     kv->live.n++;
     kv->live.rows[i].klen = op->key_len;
-    memcpy(kv->live.rows[i].key, op->key, op->key_len);
-    set_val(&kv->live.rows[i], op->val, op->val_len);
+    memcpy(kv->live.rows[i].key, cons_op_key(op), op->key_len);
+    set_val(&kv->live.rows[i], cons_op_val(op), op->val_len);
     return 0;
 }
 
@@ -146,20 +150,21 @@ static void do_scan(const struct kv_mem *kv, const struct cons_op *op, uint32_t 
                     struct cons_reply *reply)
 {
     struct cons_wbuf w;
-    cons_wbuf_init(&w, reply->data, CONS_REPLY_MAX);
+    assert(reply->cap >= CONS_REPLY_MAX);
+    cons_wbuf_init(&w, reply->data, reply->cap);
     if ((op->scan_flags & CONS_SCAN_AFTER) && i < kv->live.n &&
-        kv_key_cmp(kv->live.rows[i].key, kv->live.rows[i].klen, op->key, op->key_len) == 0)
+        kv_key_cmp(kv->live.rows[i].key, kv->live.rows[i].klen, cons_op_key(op), op->key_len) == 0)
         i++;
     for (uint32_t got = 0; i < kv->live.n && got < op->scan_limit; i++, got++) {
         const struct kv_row *row = &kv->live.rows[i];
-        if (op->exp_len > 0 && kv_key_cmp(row->key, row->klen, op->exp, op->exp_len) >= 0)
+        if (op->exp_len > 0 && kv_key_cmp(row->key, row->klen, cons_op_exp(op), op->exp_len) >= 0)
             break; /* the end key */
-        size_t need = 4 + (size_t)row->klen + row->vlen;
-        if (need > w.cap - w.len)
-            break; /* the reply is full: a shorter scan, still in order */
+        size_t need = 6 + (size_t)row->klen + row->vlen;
+        if (got > 0 && w.len + need > CONS_SCAN_PAGE)
+            break; /* the page is full: a shorter scan, still in order */
         cons_w_u16(&w, row->klen);
         cons_w_bytes(&w, row->key, row->klen);
-        cons_w_u16(&w, row->vlen);
+        cons_w_u32(&w, row->vlen);
         cons_w_bytes(&w, row->val, row->vlen);
     }
     assert(w.err == 0);
@@ -172,7 +177,7 @@ static int kv_apply(void *impl, const struct cons_op *op, struct cons_reply *rep
     if (!cons_op_reads(op))
         kv->version++;
     int found;
-    uint32_t i = lower_bound(kv, op->key, op->key_len, &found);
+    uint32_t i = lower_bound(kv, cons_op_key(op), op->key_len, &found);
     reply->status = 0;
     reply->len = 0;
     switch (op->type) {
@@ -200,10 +205,12 @@ static int kv_apply(void *impl, const struct cons_op *op, struct cons_reply *rep
         if (!found)
             reply->status = FK_ENOTFOUND;
         else if (kv->live.rows[i].vlen != op->exp_len ||
-                 memcmp(kv->live.rows[i].val, op->exp, op->exp_len) != 0)
+                 memcmp(kv->live.rows[i].val, cons_op_exp(op), op->exp_len) != 0)
             reply->status = FK_ECASFAIL;
+        else if (op->val_len > KV_MEM_VAL_MAX)
+            reply->status = FK_EVALSIZE;
         else
-            set_val(&kv->live.rows[i], op->val, op->val_len);
+            set_val(&kv->live.rows[i], cons_op_val(op), op->val_len);
         return 0;
     case CONS_OP_SCAN:
         do_scan(kv, op, i, reply);
@@ -222,7 +229,7 @@ static int kv_snapshot(void *impl, uint8_t *buf, size_t cap, size_t *len)
     for (uint32_t i = 0; i < kv->live.n; i++) {
         cons_w_u16(&w, kv->live.rows[i].klen);
         cons_w_bytes(&w, kv->live.rows[i].key, kv->live.rows[i].klen);
-        cons_w_u16(&w, kv->live.rows[i].vlen);
+        cons_w_u32(&w, kv->live.rows[i].vlen);
         cons_w_bytes(&w, kv->live.rows[i].val, kv->live.rows[i].vlen);
     }
     if (w.err)
@@ -244,9 +251,9 @@ static int kv_install(void *impl, const uint8_t *buf, size_t len)
     for (uint32_t i = 0; i < n && !r.err; i++) {
         uint16_t kl = cons_r_u16(&r);
         const uint8_t *k = cons_r_bytes(&r, kl);
-        uint16_t vl = cons_r_u16(&r);
+        uint32_t vl = cons_r_u32(&r);
         cons_r_bytes(&r, vl);
-        if (r.err || kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX ||
+        if (r.err || kl == 0 || kl > CONS_KEY_MAX || vl > KV_MEM_VAL_MAX ||
             (pk && kv_key_cmp(pk, pklen, k, kl) >= 0))
             return FK_EMALFORMED;
         pk = k;
@@ -263,7 +270,7 @@ static int kv_install(void *impl, const uint8_t *buf, size_t len)
         struct kv_row *row = &kv->live.rows[i];
         row->klen = cons_r_u16(&r);
         memcpy(row->key, cons_r_bytes(&r, row->klen), row->klen);
-        row->vlen = cons_r_u16(&r);
+        row->vlen = cons_r_u32(&r);
         memcpy(row->val, cons_r_bytes(&r, row->vlen), row->vlen);
     }
     assert(r.err == 0);
@@ -542,12 +549,14 @@ static int stage_record(struct kv_mem *kv, struct cons_rbuf *r)
         if (r->err || kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX ||
             (g->n && kv_key_cmp(g->rows[g->n - 1].key, g->rows[g->n - 1].klen, k, kl) >= 0))
             return FK_EMALFORMED;
+        if (vl > KV_MEM_VAL_MAX)
+            return FK_EVALSIZE;
         if (g->n >= kv->cap)
             return FK_EFULL;
         struct kv_row *row = &g->rows[g->n++];
         row->klen = kl;
         memcpy(row->key, k, kl);
-        row->vlen = (uint16_t)vl;
+        row->vlen = vl;
         memcpy(row->val, v, vl);
         return 0;
     }

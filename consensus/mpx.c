@@ -22,6 +22,16 @@ uint64_t mpx__rand(struct mpx *r)
     return r->rng * 0x2545F4914F6CDD1DULL;
 }
 
+/* The most big-op bytes a leader may propose (mpx.h, big_bytes): a
+ * PROMISE carries the whole log, log_cap inline entries and up to twice
+ * this many big-op bytes (a replica stores up to twice what a leader
+ * proposes: entries of two ballots), in one message. */
+static size_t big_default(const struct mpx_config *c)
+{
+    size_t fixed = (size_t)c->log_cap * MPX_ENTRY_INLINE(c->batch_max) + (64u << 10);
+    return fixed < CONS_MSG_MAX ? (CONS_MSG_MAX - fixed) / 2 : 0;
+}
+
 static int config_ok(const struct mpx_config *c)
 {
     return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
@@ -32,21 +42,27 @@ static int config_ok(const struct mpx_config *c)
            c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns && c->xfer_chunk >= 1 &&
            c->xfer_chunk <= (1u << 20) && c->xfer_window >= 1 &&
            c->xfer_window <= CONS_XFER_WINDOW_MAX &&
-           /* A promise carries up to log_cap whole batches in one message. */
-           (uint64_t)c->log_cap * c->batch_max * CONS_WIRE_OP_MAX + 4096 <= CONS_MSG_MAX;
+           /* A promise carries the whole log in one message (big_default). */
+           big_default(c) >= (4u << 10) && c->big_bytes <= big_default(c) &&
+           (c->big_bytes == 0 || c->big_bytes >= (4u << 10));
 }
 
 /* Memory, all allocated here and never again:
  *   slots        log_cap * sizeof(struct mpx_slot)             (48 B each)
- *   op pool      log_cap * batch_max * sizeof(struct cons_op)  (2,136 B each)
+ *   op pool      log_cap * batch_max * sizeof(struct cons_op)  (4,136 B each)
  *   pending      pending_max * sizeof(struct cons_op)
+ *   big ops      at most 3 * big_bytes, allocated as values over
+ *                CONS_OP_INLINE arrive and given back as soon as their slot
+ *                or queue entry holds a small op, or is compacted (cons.h,
+ *                cons_op_store); nothing for a workload of small values
+ *   reply        CONS_REPLY_MAX (1 MiB, touched as far as results go)
  *   client table 2 * clients_max slots of 56 B (cons.h)
  *   transfer     struct cons_xfer: a view's cursors per peer, ~60 KiB
  *   history      history_bytes, and 8 bytes an entry for history_bytes / 64
  *                entries (+ 1/8), and one encoded entry
  *   outbox arena max(arena_bytes, xfer_window chunks + 64 KiB)
  * The state itself is the state machine's (cons.h): nothing here grows
- * with the data. e.g. log_cap 32, batch 4, 16 clients: ~0.4 MiB. */
+ * with the data. e.g. log_cap 32, batch 4, 16 clients: ~0.8 MiB. */
 static int alloc_all(struct mpx *r)
 {
     const struct mpx_config *c = &r->cfg;
@@ -54,6 +70,14 @@ static int alloc_all(struct mpx *r)
     r->op_pool = calloc((size_t)c->log_cap * c->batch_max, sizeof *r->op_pool);
     r->pending = calloc(c->pending_max, sizeof *r->pending);
     r->scratch_batch = calloc(c->batch_max, sizeof *r->scratch_batch);
+    r->big_pool = calloc((size_t)c->log_cap * c->batch_max, sizeof *r->big_pool);
+    r->pend_big = calloc(c->pending_max, sizeof *r->pend_big);
+    r->reply.data = malloc(CONS_REPLY_MAX);
+    r->reply.cap = CONS_REPLY_MAX;
+    r->pend_bigs.max = c->big_bytes ? c->big_bytes : big_default(c);
+    r->log_big.max = 2 * r->pend_bigs.max;
+    if (!r->big_pool || !r->pend_big || !r->reply.data)
+        return FK_ENOMEM;
     /* A step may send a window of chunks (cons_xfer), each up to its
      * target plus one record and a header. */
     size_t arena = c->arena_bytes;
@@ -69,12 +93,14 @@ static int alloc_all(struct mpx *r)
         r->hist_n = (uint32_t)(c->history_bytes / 64 < 16 ? 16 : c->history_bytes / 64);
         r->hist = malloc(r->hist_cap);
         r->hist_at = calloc(r->hist_n, sizeof *r->hist_at);
-        r->hist_scratch = malloc(MPX_ENTRY_MAX(c->batch_max));
+        r->hist_scratch = malloc(MPX_ENTRY_MAX);
         if (!r->hist || !r->hist_at || !r->hist_scratch)
             return FK_ENOMEM;
     }
-    for (uint32_t i = 0; i < c->log_cap; i++)
+    for (uint32_t i = 0; i < c->log_cap; i++) {
         r->slots[i].ops = &r->op_pool[(size_t)i * c->batch_max];
+        r->slots[i].bigs = &r->big_pool[(size_t)i * c->batch_max];
+    }
     return cons_ctab_init(&r->ctab, c->clients_max);
 }
 
@@ -132,6 +158,13 @@ void mpx_destroy(struct mpx *r)
         return;
     cons_xfer_close(&r->xfer);
     cons_ctab_free(&r->ctab);
+    for (size_t i = 0; r->big_pool && i < (size_t)r->cfg.log_cap * r->cfg.batch_max; i++)
+        cons_big_free(&r->big_pool[i], &r->log_big);
+    for (uint32_t i = 0; r->pend_big && i < r->cfg.pending_max; i++)
+        cons_big_free(&r->pend_big[i], &r->pend_bigs);
+    free(r->big_pool);
+    free(r->pend_big);
+    free(r->reply.data);
     free(r->slots);
     free(r->op_pool);
     free(r->pending);
@@ -202,7 +235,7 @@ static void hist_add(struct mpx *r, const struct mpx_slot *s)
     if (s->index != r->hist_hi + 1)
         hist_reset(r, s->index - 1);
     struct cons_wbuf w;
-    cons_wbuf_init(&w, r->hist_scratch, MPX_ENTRY_MAX(r->cfg.batch_max));
+    cons_wbuf_init(&w, r->hist_scratch, MPX_ENTRY_MAX);
     mpx__put_entry(&w, s);
     assert(!w.err);
     uint32_t len = (uint32_t)w.len;
@@ -250,16 +283,22 @@ int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from)
 }
 
 /* Drops every slot at or below `upto` (they are inside the snapshot now). */
+void mpx__slot_clear(struct mpx *r, struct mpx_slot *s)
+{
+    s->index = 0;
+    s->chosen = 0;
+    s->acks = 0;
+    s->nops = 0;
+    for (uint32_t k = 0; k < r->cfg.batch_max; k++)
+        cons_big_free(&s->bigs[k], &r->log_big); /* the room goes back */
+}
+
 static void drop_prefix(struct mpx *r, uint64_t upto)
 {
     for (uint32_t i = 0; i < r->cfg.log_cap; i++) {
         struct mpx_slot *s = &r->slots[i];
-        if (s->index && s->index <= upto) {
-            s->index = 0;
-            s->chosen = 0;
-            s->acks = 0;
-            s->nops = 0;
-        }
+        if (s->index && s->index <= upto)
+            mpx__slot_clear(r, s);
     }
 }
 
@@ -370,12 +409,14 @@ int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve)
     return rc == 1;
 }
 
-/* Log compaction: once half the ring is applied history, drop that prefix.
+/* Log compaction: once half the ring is applied history, or while the
+ * log holds large values (they wait for room: propose), drop that prefix.
  * The state machine already holds the state at the applied index, and its
  * writes reach the disk with this trim (cons.h): nothing is copied. */
 static void maybe_compact(struct mpx *r)
 {
-    if (r->role == MPX_RECOVERING || r->applied - r->snap_index < r->cfg.log_cap / 2)
+    if (r->role == MPX_RECOVERING || r->applied == r->snap_index ||
+        (r->applied - r->snap_index < r->cfg.log_cap / 2 && r->log_big.held == 0))
         return;
     for (uint64_t i = r->snap_index + 1; i <= r->applied; i++)
         hist_add(r, mpx__cslot(r, i)); /* applied: chosen and in the ring */
@@ -480,12 +521,13 @@ int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len)
     struct mpx_slot *s = mpx__slot(r, index);
     if (!s)
         return FK_EINVAL;
-    /* Validate into the slot's own ops; the slot only counts once s->index
-     * is set below. */
     cons_rbuf_init(&rd, buf, len);
-    if (mpx__entry_next(&rd, &index, &ballot, &nops, s->ops, r->cfg.batch_max) < 0 ||
+    if (mpx__entry_next(&rd, &index, &ballot, &nops, r->scratch_batch, r->cfg.batch_max) < 0 ||
         cons_r_done(&rd) < 0)
         return FK_EMALFORMED;
+    int rc = mpx__slot_store(r, s, r->scratch_batch, nops);
+    if (rc < 0)
+        return rc; /* more big ops than the log holds: not a log this config wrote */
     s->index = index;
     s->ballot = ballot;
     s->nops = nops;
@@ -604,13 +646,28 @@ void mpx_invariants(const struct mpx *r)
         const struct mpx_slot *s = mpx__cslot(r, i);
         assert(s && s->chosen && s->nops >= 1);
     }
+    /* Large values: every byte counted belongs to an op a slot holds
+     * (none leaks when a slot empties), within the log's budget. */
+    size_t big = 0, pend = 0;
     for (uint32_t k = 0; k < r->cfg.log_cap; k++) {
         const struct mpx_slot *s = &r->slots[k];
         assert(s->index == 0 || (s->index > r->snap_index && s->index <= r->last &&
                                  (s->index & (r->cfg.log_cap - 1)) == k));
         assert(s->index == 0 || s->nops <= r->cfg.batch_max);
         assert(r->role == MPX_LEADER || s->acks == 0 || s->chosen || s->index == 0);
+        for (uint32_t j = 0; j < r->cfg.batch_max; j++) {
+            assert(s->bigs[j].p == NULL ||
+                   (s->index != 0 && j < s->nops && s->ops[j].ext == s->bigs[j].p));
+            big += s->bigs[j].cap;
+        }
     }
+    for (uint32_t j = 0; j < r->cfg.pending_max; j++) {
+        uint32_t age = (j + r->cfg.pending_max - r->pend_head) % r->cfg.pending_max;
+        assert(r->pend_big[j].p == NULL || age < r->pend_n); /* queued ones only */
+        pend += r->pend_big[j].cap;
+    }
+    assert(big == r->log_big.held && r->log_big.held <= r->log_big.max);
+    assert(pend == r->pend_bigs.held && r->pend_bigs.held <= r->pend_bigs.max);
 }
 
 void mpx_status(const struct mpx *r, struct mpx_status *st)
@@ -642,10 +699,8 @@ int mpx_chosen_hash(const struct mpx *r, uint64_t index, uint64_t *hash)
     uint64_t h = 0xcbf29ce484222325ULL;
     for (uint8_t k = 0; k < s->nops; k++) {
         const struct cons_op *op = &s->ops[k];
-        h = hash_bytes(h, op, offsetof(struct cons_op, key));
-        h = hash_bytes(h, op->key, op->key_len);
-        h = hash_bytes(h, op->val, op->val_len);
-        h = hash_bytes(h, op->exp, op->exp_len);
+        h = hash_bytes(h, op, CONS_OP_HEAD);
+        h = hash_bytes(h, cons_op_key(op), cons_op_nbytes(op));
     }
     *hash = h;
     return 1;

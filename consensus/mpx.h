@@ -91,8 +91,15 @@ struct mpx_config {
     uint32_t xfer_chunk;  /* bytes a state transfer chunk aims at, 1..1 MiB (cons_xfer.h) */
     uint32_t xfer_window; /* transfer chunks in flight, 1..CONS_XFER_WINDOW_MAX */
     size_t history_bytes; /* compacted chosen entries kept for catch-up (0: none) */
-    size_t arena_bytes;   /* outbox arena, >= 64 KiB */
-    uint64_t tick_ns;     /* how often the driver ticks (informational) */
+    /* Bytes of ops held outside their slot (cons_op_store: values over
+     * CONS_OP_INLINE). The leader proposes while its log holds at most
+     * this many; a replica's log holds at most twice as many, and a
+     * PROMISE, which carries the whole log, fits CONS_MSG_MAX with them.
+     * 0: the most that fits (mpx.c, big_default); else at least 4 KiB, and
+     * a request with more bytes is answered FK_EVALSIZE. */
+    size_t big_bytes;
+    size_t arena_bytes; /* outbox arena, >= 64 KiB */
+    uint64_t tick_ns;   /* how often the driver ticks (informational) */
     uint64_t heartbeat_ns;
     uint64_t election_ns; /* timeout drawn from [election_ns, 2*election_ns) */
     uint64_t seed;        /* election jitter and recovery nonce; fresh per incarnation */
@@ -162,10 +169,11 @@ int mpx_chosen_hash(const struct mpx *r, uint64_t index, uint64_t *hash);
 /* Client side (pure helpers for libflowkv and the simulator). */
 /* Encodes a request for op into buf; returns its length or FK_ETOOBIG. */
 int mpx_encode_request(uint8_t *buf, size_t cap, const struct cons_op *op);
-/* Decodes a reply message. *leader_hint is the replica the sender believes
- * leads (UINT32_MAX if unknown); reply->status FK_ENOTLEADER means "ask
- * another replica". FK_EMALFORMED for anything else. */
-int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply,
+/* Decodes a reply message: its fields into *reply, and *data points at
+ * its reply->len bytes in buf. *leader_hint is the replica the sender
+ * believes leads (UINT32_MAX if unknown); reply->status FK_ENOTLEADER
+ * means "ask another replica". FK_EMALFORMED for anything else. */
+int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply, const uint8_t **data,
                      uint32_t *leader_hint);
 
 #endif /* MPX_H */

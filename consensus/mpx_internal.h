@@ -33,8 +33,12 @@ enum mpx_type {
     MPX__TYPES
 };
 
-/* Bytes of one encoded entry of batch_max ops (mpx__put_entry). */
-#define MPX_ENTRY_MAX(batch_max) (17 + (size_t)(batch_max)*CONS_WIRE_OP_MAX)
+/* Bytes of one encoded entry (mpx__put_entry): the leader adds ops to an
+ * entry while it stays within this, and one op always fits. */
+#define MPX_ENTRY_MAX (17 + CONS_WIRE_OP_MAX)
+/* Bytes of an encoded entry of batch_max ops whose bytes are inline: what
+ * every slot may hold outside the big-op budget. */
+#define MPX_ENTRY_INLINE(batch_max) (17 + (size_t)(batch_max) * (32 + CONS_OP_INLINE))
 /* Entries in one ACCEPT/CATCHUP/PROMISE message: a bound on message size. */
 #define MPX_MSG_ENTRIES 16
 /* Indexes in one ACCEPTED message. */
@@ -75,7 +79,8 @@ struct mpx_slot {
     uint64_t sent_ns;
     uint8_t chosen;
     uint8_t nops;
-    struct cons_op *ops; /* batch_max ops, preallocated */
+    struct cons_op *ops;   /* batch_max ops, preallocated */
+    struct cons_big *bigs; /* their bytes beyond CONS_OP_INLINE (in log_big) */
 };
 
 /* An acknowledgement released once persist `cookie` is durable. */
@@ -106,6 +111,8 @@ struct mpx {
     uint64_t commit, applied, snap_index, last;
     struct mpx_slot *slots;
     struct cons_op *op_pool;
+    struct cons_big *big_pool;   /* log_cap * batch_max, the slots' bigs */
+    struct cons_bigpool log_big; /* max: twice cfg.big_bytes (mpx.h) */
 
     /* Persistence. */
     uint64_t next_cookie, durable;
@@ -120,6 +127,8 @@ struct mpx {
     uint64_t votes, promises, cand_since;
     uint64_t next_index; /* leader: next slot to propose */
     struct cons_op *pending;
+    struct cons_big *pend_big;     /* pending_max, the queue's bigs */
+    struct cons_bigpool pend_bigs; /* max: cfg.big_bytes */
     uint32_t pend_head, pend_n;
 
     /* Recovery: phase 1 learns a generation, phase 2 the state. */
@@ -209,8 +218,16 @@ void mpx__tick(struct mpx *r);
 void mpx__release_held(struct mpx *r);
 void mpx__hold(struct mpx *r, uint8_t type, uint32_t to, uint64_t ballot, uint64_t index);
 void mpx__reset_election(struct mpx *r);
-/* Decodes the next entry of m into slot s (when s) or skips it. */
-void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s);
+/* Decodes the next entry of m into slot s (when s) or skips it. Returns 0,
+ * or FK_EFULL when s has no room for its big ops (log_big; s unchanged:
+ * the caller treats the message as lost). */
+int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s);
+/* Stores ops[0..nops) in slot s (all or, on FK_EFULL, nothing). */
+int mpx__slot_store(struct mpx *r, struct mpx_slot *s, const struct cons_op *ops, uint8_t nops);
+/* Empties slot s, giving its big ops' room back. */
+void mpx__slot_clear(struct mpx *r, struct mpx_slot *s);
+/* Encoded bytes of slot s's entry. */
+size_t mpx__entry_bytes(const struct mpx_slot *s);
 void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ballot);
 void mpx__learn_commit(struct mpx *r, uint64_t ballot, uint64_t commit, uint32_t from);
 

@@ -19,10 +19,15 @@ static int check_entries(struct cons_rbuf *r, uint32_t n, uint32_t max_batch)
         uint8_t nops = cons_r_u8(r);
         if (r->err || index == 0 || nops == 0 || nops > max_batch)
             return FK_EMALFORMED;
+        size_t bytes = 17;
         for (uint8_t k = 0; k < nops; k++) {
-            if (cons_wire_skip_op(r) < 0)
+            int ob = cons_wire_skip_op(r);
+            if (ob < 0)
                 return FK_EMALFORMED;
+            bytes += sizeof(struct cons_wire_op) + (size_t)ob;
         }
+        if (bytes > MPX_ENTRY_MAX)
+            return FK_EMALFORMED; /* larger than any leader makes (propose) */
     }
     return 0;
 }
@@ -49,7 +54,7 @@ static int take_cv(struct cons_rbuf *r, struct mpx_msg *m)
 }
 
 static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *op,
-                       struct cons_reply *rep, uint32_t max_batch)
+                       struct cons_reply *rep, const uint8_t **data, uint32_t max_batch)
 {
     switch (m->type) {
     case MPX_REQUEST:
@@ -58,7 +63,7 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
         return 0;
     case MPX_REPLY:
         m->hint = cons_r_u32(r);
-        return rep ? cons_wire_get_reply(r, rep) : FK_EMALFORMED;
+        return rep ? cons_wire_get_reply(r, rep, data) : FK_EMALFORMED;
     case MPX_PREVOTE_OK:
         m->u1 = cons_r_u8(r);
         return m->u1 > 1 ? FK_EMALFORMED : 0;
@@ -116,7 +121,7 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
 }
 
 static int decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons_op *op,
-                  struct cons_reply *rep, uint32_t max_batch)
+                  struct cons_reply *rep, const uint8_t **data, uint32_t max_batch)
 {
     struct cons_wire_hdr h;
     struct cons_rbuf r;
@@ -126,7 +131,7 @@ static int decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons
     m->type = h.type;
     m->from = h.from;
     m->term = h.term;
-    if (decode_body(&r, m, op, rep, max_batch) < 0 || cons_r_done(&r) < 0)
+    if (decode_body(&r, m, op, rep, data, max_batch) < 0 || cons_r_done(&r) < 0)
         return FK_EMALFORMED;
     if ((m->type == MPX_REQUEST) != (h.from == CONS_FROM_CLIENT))
         return FK_EMALFORMED;
@@ -136,7 +141,7 @@ static int decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons
 int mpx__decode(const uint8_t *buf, size_t len, struct mpx_msg *m, struct cons_op *op,
                 uint32_t max_batch)
 {
-    return decode(buf, len, m, op, NULL, max_batch);
+    return decode(buf, len, m, op, NULL, NULL, max_batch);
 }
 
 int mpx__entry_next(struct cons_rbuf *r, uint64_t *index, uint64_t *ballot, uint8_t *nops,
@@ -232,6 +237,11 @@ void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_
         const struct mpx_slot *s = mpx__cslot(r, i);
         if (!s || (chosen_only && !s->chosen))
             continue;
+        /* Others a bounded chunk in bytes too (entries of large values):
+         * the receiver asks again for the rest. A promise must carry all:
+         * the log's budget makes it fit (mpx.c, big_default). */
+        if (type != MPX_PROMISE && n > 0 && mpx__entry_bytes(s) > w.cap - w.len)
+            break;
         mpx__put_entry(&w, s);
         n++;
     }
@@ -258,11 +268,11 @@ int mpx_encode_request(uint8_t *buf, size_t cap, const struct cons_op *op)
     return cons_wire_finish(&w);
 }
 
-int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply,
+int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply, const uint8_t **data,
                      uint32_t *leader_hint)
 {
     struct mpx_msg m;
-    if (decode(buf, len, &m, NULL, reply, CONS_BATCH_MAX) < 0 || m.type != MPX_REPLY)
+    if (decode(buf, len, &m, NULL, reply, data, CONS_BATCH_MAX) < 0 || m.type != MPX_REPLY)
         return FK_EMALFORMED;
     *leader_hint = m.hint;
     return 0;

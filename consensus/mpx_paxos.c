@@ -33,7 +33,10 @@ void mpx__become_follower(struct mpx *r)
             r->slots[k].acks = 0;
     }
     r->role = MPX_FOLLOWER;
-    r->pend_n = 0;
+    for (; r->pend_n > 0; r->pend_n--) {
+        cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
+        r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
+    }
     r->prevote_ballot = 0;
     mpx__reset_election(r);
 }
@@ -129,15 +132,56 @@ void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ball
     *ballot = cons_r_u64(&p);
 }
 
-void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
+size_t mpx__entry_bytes(const struct mpx_slot *s)
+{
+    size_t n = 17;
+    for (uint8_t k = 0; k < s->nops; k++)
+        n += sizeof(struct cons_wire_op) + cons_op_nbytes(&s->ops[k]);
+    return n;
+}
+
+int mpx__slot_store(struct mpx *r, struct mpx_slot *s, const struct cons_op *ops, uint8_t nops)
+{
+    /* All or nothing: first the room the large ones need beyond what
+     * their positions' bigs hold already (small ones give theirs back). */
+    size_t need = 0, freed = 0;
+    for (uint32_t k = 0; k < r->cfg.batch_max; k++) {
+        size_t n = k < nops ? cons_op_nbytes(&ops[k]) : 0;
+        if (n > CONS_OP_INLINE && n > s->bigs[k].cap)
+            need += n - s->bigs[k].cap;
+        else if (n <= CONS_OP_INLINE)
+            freed += s->bigs[k].cap;
+    }
+    if (need > r->log_big.max - r->log_big.held + freed)
+        return FK_EFULL;
+    for (uint32_t k = nops; k < r->cfg.batch_max; k++)
+        cons_big_free(&s->bigs[k], &r->log_big);
+    for (uint8_t k = 0; k < nops; k++) {
+        if (cons_op_nbytes(&ops[k]) <= CONS_OP_INLINE)
+            cons_op_store(&s->ops[k], &s->bigs[k], &r->log_big, &ops[k]);
+    }
+    for (uint8_t k = 0; k < nops; k++) {
+        if (cons_op_nbytes(&ops[k]) > CONS_OP_INLINE &&
+            cons_op_store(&s->ops[k], &s->bigs[k], &r->log_big, &ops[k]) < 0) {
+            r->poisoned = 1; /* out of memory under the budget: stop, do not forget */
+            return FK_ENOMEM;
+        }
+    }
+    s->nops = nops;
+    return 0;
+}
+
+int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
 {
     uint64_t index, ballot;
     uint8_t nops;
-    int rc = mpx__entry_next(rd, &index, &ballot, &nops, s ? s->ops : r->scratch_batch,
-                             r->cfg.batch_max);
+    int rc = mpx__entry_next(rd, &index, &ballot, &nops, r->scratch_batch, r->cfg.batch_max);
     assert(rc == 0); /* validated by mpx__decode */
     if (!s)
-        return;
+        return 0;
+    rc = mpx__slot_store(r, s, r->scratch_batch, nops);
+    if (rc < 0)
+        return rc;
     s->index = index;
     s->ballot = ballot;
     s->nops = nops;
@@ -145,6 +189,7 @@ void mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
     s->chosen = 0;
     if (r->last < index)
         r->last = index;
+    return 0;
 }
 
 /* ---- elections: pre-vote, phase 1 --------------------------------------- */
@@ -248,9 +293,11 @@ static void become_leader(struct mpx *r)
         struct mpx_slot *s = mpx__slot(r, i);
         assert(s != NULL);
         if (s->index != i) {
-            memset(&s->ops[0], 0, sizeof s->ops[0]);
-            s->ops[0].type = CONS_OP_NOOP;
-            s->nops = 1;
+            struct cons_op noop;
+            cons_op_init(&noop, CONS_OP_NOOP, NULL, 0, NULL, 0, NULL, 0);
+            int rc = mpx__slot_store(r, s, &noop, 1);
+            assert(rc == 0); /* a small op needs no room */
+            (void)rc;
             s->index = i;
             s->chosen = 0;
         }
@@ -304,7 +351,8 @@ static void on_promise(struct mpx *r, const struct mpx_msg *m)
         /* Phase 1 rule: keep the value of the highest ballot per slot. */
         int take = index > r->commit && (s->index != index || s->ballot < ballot) &&
                    !(r->cfg.bugs & MPX_BUG_NO_MERGE);
-        mpx__entry_into(r, &rd, take ? s : NULL);
+        if (mpx__entry_into(r, &rd, take ? s : NULL) < 0)
+            return; /* no room to merge it: this promise counts as lost */
     }
     count_promise(r, m->from);
 }
@@ -382,12 +430,39 @@ static void propose(struct mpx *r)
            r->next_index - r->commit <= r->cfg.window) {
         struct mpx_slot *s = mpx__slot(r, r->next_index);
         assert(s && s->index == 0);
-        s->nops = 0;
-        while (r->pend_n > 0 && s->nops < r->cfg.batch_max) {
-            s->ops[s->nops++] = r->pending[r->pend_head];
-            r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
+        /* A batch of queued requests, as many as fit an entry, and the
+         * big ones while the log holds at most big_bytes of them: room a
+         * follower (twice as much) and a PROMISE have. */
+        uint8_t n = 0;
+        size_t bytes = 17, big = 0;
+        while (n < r->pend_n && n < r->cfg.batch_max) {
+            const struct cons_op *op = &r->pending[(r->pend_head + n) % r->cfg.pending_max];
+            size_t ob = cons_op_nbytes(op);
+            size_t b = ob > CONS_OP_INLINE ? ob : 0;
+            if (n > 0 && bytes + sizeof(struct cons_wire_op) + ob > MPX_ENTRY_MAX)
+                break;
+            if (b > 0 && r->log_big.held + big + b > r->pend_bigs.max)
+                break;
+            bytes += sizeof(struct cons_wire_op) + ob;
+            big += b;
+            n++;
+        }
+        if (n == 0)
+            break; /* the log is full of large values: compaction makes room */
+        for (uint32_t k = n; k < r->cfg.batch_max; k++)
+            cons_big_free(&s->bigs[k], &r->log_big);
+        for (uint8_t k = 0; k < n; k++) {
+            uint32_t h = r->pend_head;
+            /* Room checked above; only the allocator can fail. */
+            if (cons_op_store(&s->ops[k], &s->bigs[k], &r->log_big, &r->pending[h]) < 0) {
+                r->poisoned = 1;
+                return;
+            }
+            cons_big_free(&r->pend_big[h], &r->pend_bigs);
+            r->pend_head = (h + 1) % r->cfg.pending_max;
             r->pend_n--;
         }
+        s->nops = n;
         s->index = r->next_index++;
         s->ballot = r->promised;
         s->acks = 0;
@@ -451,8 +526,9 @@ static void on_accept(struct mpx *r, const struct mpx_msg *m)
         }
         if (s->index == index && s->ballot == m->term) {
             mpx__entry_into(r, &rd, NULL); /* a retransmission */
+        } else if (mpx__entry_into(r, &rd, s) < 0) {
+            continue; /* no room for its big ops yet: lost, the leader resends */
         } else {
-            mpx__entry_into(r, &rd, s);
             s->ballot = m->term;
             mpx__persist_entry(r, s);
             if (r->cfg.bugs & MPX_BUG_APPLY_UNCOMMITTED)
@@ -528,7 +604,8 @@ static void on_catchup(struct mpx *r, const struct mpx_msg *m)
         mpx__entry_peek(&rd, &index, &ballot);
         struct mpx_slot *s = mpx__slot(r, index);
         int take = s && index > r->commit && !(s->index == index && s->chosen);
-        mpx__entry_into(r, &rd, take ? s : NULL);
+        if (mpx__entry_into(r, &rd, take ? s : NULL) < 0)
+            break; /* no room: the rest is asked for again once applied */
         if (take) {
             /* Chosen values are safe to hold at any ballot >= the one that
              * chose them; the sender's is such a ballot. */
@@ -616,9 +693,19 @@ static void on_request(struct mpx *r, const struct cons_op *op)
         mpx__reply(r, op->client_id, &r->reply);
         return;
     }
+    if (cons_op_nbytes(op) > CONS_OP_INLINE && cons_op_nbytes(op) > r->pend_bigs.max) {
+        r->reply.client_id = op->client_id; /* more than this log ever holds (mpx.h) */
+        r->reply.req_no = op->req_no;
+        r->reply.status = FK_EVALSIZE;
+        r->reply.len = 0;
+        mpx__reply(r, op->client_id, &r->reply);
+        return;
+    }
     if (in_flight(r, op) || r->pend_n >= r->cfg.pending_max)
         return; /* the client retries */
-    r->pending[(r->pend_head + r->pend_n) % r->cfg.pending_max] = *op;
+    uint32_t at = (r->pend_head + r->pend_n) % r->cfg.pending_max;
+    if (cons_op_store(&r->pending[at], &r->pend_big[at], &r->pend_bigs, op) < 0)
+        return; /* the queue holds its most large values: the client retries */
     r->pend_n++;
     propose(r);
 }

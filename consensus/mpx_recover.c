@@ -221,7 +221,7 @@ static void rebase(struct mpx *r, uint64_t index)
     for (uint32_t k = 0; k < r->cfg.log_cap; k++) {
         struct mpx_slot *s = &r->slots[k];
         if (s->index && s->index <= index)
-            s->index = 0;
+            mpx__slot_clear(r, s);
     }
     r->snap_index = index;
     if (r->last < index)
@@ -295,7 +295,8 @@ void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
         mpx__entry_peek(&rd, &i, &ballot);
         struct mpx_slot *s = mpx__slot(r, i);
         int take = s && (s->index != i || s->ballot < ballot);
-        mpx__entry_into(r, &rd, take ? s : NULL);
+        if (mpx__entry_into(r, &rd, take ? s : NULL) < 0)
+            return; /* no room to merge it: this answer counts as lost */
     }
     if (m->u2 > r->rec_promised)
         r->rec_promised = m->u2;

@@ -32,7 +32,7 @@ static size_t cp_bytes(const struct nop_config *c)
 /* The largest message: a checkpoint and a full ring of entries. */
 static size_t whole_bytes(const struct nop_config *c)
 {
-    return (size_t)c->log_cap * (CONS_WIRE_OP_MAX + 1) + cp_bytes(c) + 4096;
+    return (size_t)c->log_cap * (NOP_WIRE_OP_MAX + 1) + cp_bytes(c) + 4096;
 }
 
 static int config_ok(const struct nop_config *c)
@@ -45,10 +45,10 @@ static int config_ok(const struct nop_config *c)
 }
 
 /* Memory, allocated here once:
- *   log        log_cap * sizeof(struct nop_entry)  (2,144 B each)
+ *   log        log_cap * sizeof(struct nop_entry)  (4,144 B each)
  *   exec_sig   log_cap * 8 B
  *   history    log_cap * 16 B (struct nop_hist)
- *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 2,152 B = 2.1 MiB)
+ *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 4,152 B = 4.1 MiB)
  *   clients    2 * clients_max slots of 56 B (cons.h)
  *   checkpoint 2 * cp_bytes(): 32 B + clients_max * 28 B + snapshot_max, the
  *              checkpoint and a leader's next one (maybe_checkpoint)
@@ -58,7 +58,7 @@ static int config_ok(const struct nop_config *c)
  *              lost messages and resent when those replicas repeat their VIEW-CHANGE
  *   durable    (durable mode only) a held-message ring as large as the arena, and
  *              NOP_HELD_MAX descriptors of 40 B (nop_durable.c)
- * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 0.55 + 2.1 + 0.26 + 0.2 + 0.9 MiB. */
+ * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 1.1 + 4.1 + 0.26 + 0.2 + 0.9 MiB. */
 static int alloc_all(struct nop *r)
 {
     const struct nop_config *c = &r->cfg;
@@ -86,7 +86,10 @@ static int alloc_all(struct nop *r)
         if (!r->held || !r->held_buf)
             return FK_ENOMEM;
     }
-    if (!r->log || !r->exec_sig || !r->hist || !r->oum || !r->ob.arena || !r->cp || !r->pcp)
+    r->reply.data = malloc(CONS_REPLY_MAX); /* touched only as far as results go */
+    r->reply.cap = CONS_REPLY_MAX;
+    if (!r->log || !r->exec_sig || !r->hist || !r->oum || !r->ob.arena || !r->cp || !r->pcp ||
+        !r->reply.data)
         return FK_ENOMEM;
     int rc = cons_ctab_init(&r->ctab, c->clients_max);
     /* The table travels in this core's checkpoints (nop_disk.c), not in
@@ -254,6 +257,7 @@ void nop_destroy(struct nop *r)
     free(r->hist);
     free(r->oum);
     free(r->cp);
+    free(r->reply.data);
     free(r->pcp);
     free(r->ob.arena);
     free(r->held);
@@ -272,10 +276,8 @@ uint64_t nop__entry_hash(const struct nop_entry *e)
     if (e->kind != NOP_ENT_REQ)
         return XXH3_64bits_withSeed(NULL, 0, e->kind);
     const struct cons_op *op = &e->op;
-    uint64_t h = XXH3_64bits_withSeed(op, offsetof(struct cons_op, key), e->kind);
-    h = XXH3_64bits_withSeed(op->key, op->key_len, h);
-    h = XXH3_64bits_withSeed(op->val, op->val_len, h);
-    return XXH3_64bits_withSeed(op->exp, op->exp_len, h);
+    uint64_t h = XXH3_64bits_withSeed(op, CONS_OP_HEAD, e->kind);
+    return XXH3_64bits_withSeed(cons_op_key(op), cons_op_nbytes(op), h);
 }
 
 /* Executes log slots up to `upto` in order; the leader (reply != 0) answers

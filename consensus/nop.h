@@ -118,6 +118,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A NOPaxos request travels whole through the ordered multicast, where
+ * each fragment of it takes a sequence number and a log slot (fkc_proto.h:
+ * 224 bytes a fragment): its key, value and expected bytes together are
+ * at most NOP_OP_MAX, an op that fits inline (cons.h), so that the log
+ * keeps requests in place: a compare-and-swap of two YCSB default records
+ * (1,048 bytes each, YCSB's read-modify-write of one field) fits. Larger
+ * values need Multi-Paxos (README, "Limits"). A result (a GET's value, a
+ * scan page) is then at most NOP_RESULT_MAX bytes. */
+#define NOP_OP_MAX      CONS_OP_INLINE
+#define NOP_WIRE_OP_MAX (32 + NOP_OP_MAX) /* sizeof(struct cons_wire_op) + NOP_OP_MAX */
+#define NOP_RESULT_MAX  CONS_SCAN_PAGE
+_Static_assert(NOP_OP_MAX + 6 <= NOP_RESULT_MAX, "a scan page holds a pair of the largest op");
+
 /* Test-only planted bugs, so the simulator proves its checkers can fail. */
 enum nop_bug {
     NOP_BUG_NO_GAP_AGREEMENT = 1u << 0,    /* a follower NO-OPs a dropped slot on its own */
@@ -225,9 +238,10 @@ int nop_encode_oum_drop(uint8_t *buf, size_t cap, uint32_t session, uint64_t msg
 int nop_encode_oum_fill(uint8_t *buf, size_t cap, uint32_t session, uint64_t msgnum);
 
 /* Client side: decodes a replica's reply: its view, log slot, whether it
- * carries the result (the leader's) and the reply. FK_EMALFORMED otherwise. */
+ * carries the result (the leader's) and the reply, whose reply->len bytes
+ * *data points at in buf. FK_EMALFORMED otherwise. */
 int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
-                     int *has_result, struct cons_reply *reply);
+                     int *has_result, struct cons_reply *reply, const uint8_t **data);
 
 /* Client side: collects replies for one request until f+1 replicas agree on
  * (view, log slot) and the leader of that view sent the result (section
@@ -241,7 +255,8 @@ struct nop_quorum {
     struct {
         uint64_t view, slot, mask;
         int have_result;
-        struct cons_reply result;
+        struct cons_reply result; /* result.data = bytes */
+        uint8_t bytes[NOP_RESULT_MAX];
     } cands[NOP_QUORUM_CANDS];
 };
 

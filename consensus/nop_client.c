@@ -17,11 +17,12 @@ void nop_quorum_reset(struct nop_quorum *q, uint32_t n, uint64_t client_id, uint
 int nop_quorum_add(struct nop_quorum *q, uint32_t from, const uint8_t *buf, size_t len,
                    const struct cons_reply **result)
 {
-    static __thread struct cons_reply rep; /* 8 KiB: off the caller's stack */
+    struct cons_reply rep;
+    const uint8_t *data;
     struct nop_view v;
     uint64_t slot;
     int has;
-    if (nop_decode_reply(buf, len, &v, &slot, &has, &rep) < 0 || from >= q->n ||
+    if (nop_decode_reply(buf, len, &v, &slot, &has, &rep, &data) < 0 || from >= q->n ||
         from >= CONS_REPLICAS_MAX)
         return FK_EMALFORMED;
     if (rep.client_id != q->client_id || rep.req_no != q->req_no)
@@ -43,7 +44,10 @@ int nop_quorum_add(struct nop_quorum *q, uint32_t from, const uint8_t *buf, size
     q->cands[k].mask |= 1ull << from;
     if (has) {
         q->cands[k].have_result = 1;
-        cons_reply_copy(&q->cands[k].result, &rep);
+        rep.data = q->cands[k].bytes; /* NOP_RESULT_MAX bytes (nop_decode_reply) */
+        rep.cap = sizeof q->cands[k].bytes;
+        memcpy(rep.data, data, rep.len);
+        q->cands[k].result = rep;
     }
     if (!q->cands[k].have_result || (uint32_t)__builtin_popcountll(q->cands[k].mask) < q->n / 2 + 1)
         return 0;

@@ -237,10 +237,11 @@ static int get_entry_body(struct cons_rbuf *rd, struct nop_entry *e)
 {
     e->kind = cons_r_u8(rd);
     if (e->kind == NOP_ENT_REQ) {
-        if (cons_wire_get_op(rd, &e->op) < 0 || e->op.type == CONS_OP_NOOP)
-            return FK_EMALFORMED;
+        if (cons_wire_get_op(rd, &e->op) < 0 || e->op.type == CONS_OP_NOOP || e->op.ext != NULL)
+            return FK_EMALFORMED; /* NOPaxos ops fit inline (NOP_OP_MAX) */
     } else if (e->kind == NOP_ENT_NOOP) {
-        memset(&e->op, 0, offsetof(struct cons_op, key));
+        memset(&e->op, 0, CONS_OP_HEAD);
+        e->op.ext = NULL;
     } else {
         return FK_EMALFORMED;
     }

@@ -22,8 +22,9 @@ static int take_segment(struct cons_rbuf *r, struct nop_msg *m)
             struct cons_rbuf peek = *r;
             struct cons_wire_op h;
             const uint8_t *q = cons_r_bytes(&peek, sizeof h);
-            if (!q || cons_wire_skip_op(r) < 0)
-                return FK_EMALFORMED;
+            int bytes = q ? cons_wire_skip_op(r) : FK_EMALFORMED;
+            if (bytes < 0 || (size_t)bytes > NOP_OP_MAX)
+                return FK_EMALFORMED; /* or not a request this protocol carries */
             memcpy(&h, q, sizeof h);
             if (h.type == CONS_OP_NOOP)
                 return FK_EMALFORMED; /* a NO-OP travels as its own kind */
@@ -58,8 +59,9 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
     switch (m->type) {
     case NOP_OUM_REQ:
         m->u1 = cons_r_u64(r);
-        if (!op || cons_wire_get_op(r, op) < 0 || op->type == CONS_OP_NOOP || m->u1 == 0)
-            return FK_EMALFORMED;
+        if (!op || cons_wire_get_op(r, op) < 0 || op->type == CONS_OP_NOOP || m->u1 == 0 ||
+            op->ext != NULL)
+            return FK_EMALFORMED; /* an op over NOP_OP_MAX: not one NOPaxos carries */
         return 0;
     case NOP_OUM_DROP:
     case NOP_OUM_FILL:
@@ -146,9 +148,10 @@ void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e)
     e->kind = cons_r_u8(rd);
     if (e->kind == NOP_ENT_REQ) {
         int rc = cons_wire_get_op(rd, &e->op);
-        assert(rc == 0); /* validated by nop__decode */
+        assert(rc == 0 && e->op.ext == NULL); /* validated by nop__decode */
     } else {
-        memset(&e->op, 0, offsetof(struct cons_op, key));
+        memset(&e->op, 0, CONS_OP_HEAD);
+        e->op.ext = NULL;
     }
 }
 
@@ -245,7 +248,7 @@ int nop_encode_oum_fill(uint8_t *buf, size_t cap, uint32_t session, uint64_t msg
 }
 
 int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
-                     int *has_result, struct cons_reply *reply)
+                     int *has_result, struct cons_reply *reply, const uint8_t **data)
 {
     struct cons_wire_hdr h;
     struct cons_rbuf r;
@@ -253,8 +256,8 @@ int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint
         return FK_EMALFORMED;
     *slot = cons_r_u64(&r);
     uint8_t flag = cons_r_u8(&r);
-    if (r.err || flag > 1 || *slot == 0 || cons_wire_get_reply(&r, reply) < 0 ||
-        cons_r_done(&r) < 0)
+    if (r.err || flag > 1 || *slot == 0 || cons_wire_get_reply(&r, reply, data) < 0 ||
+        reply->len > NOP_RESULT_MAX || cons_r_done(&r) < 0)
         return FK_EMALFORMED;
     *view = nop__unpack(h.term);
     *has_result = flag;

@@ -55,13 +55,17 @@ static int kv__save_bytes(struct kv_sm *sm, uint64_t bytes)
 }
 
 /* Size of the current value of op's key, or -1 when absent; other errors
- * are returned as they are (< -1). */
-static int64_t kv__current(struct kv_sm *sm, const struct cons_op *op, uint8_t *val)
+ * are returned as they are (< -1). The value's bytes go to val (cap bytes)
+ * when val is not NULL; a PUT or DEL needs only the size, and does not
+ * copy a megabyte for it. */
+static int64_t kv__current(struct kv_sm *sm, const struct cons_op *op, uint8_t *val, size_t cap)
 {
     size_t len;
-    int rc = kv_data_get(sm->store, op->key, op->key_len, val, CONS_VAL_MAX, &len);
+    int rc = kv_data_get(sm->store, cons_op_key(op), op->key_len, val, val ? cap : 0, &len);
     if (rc == FK_ENOTFOUND)
         return -1;
+    if (rc == FK_ETOOBIG && val == NULL)
+        return (int64_t)len;
     if (rc < 0)
         return rc == FK_ETOOBIG ? FK_EMALFORMED : rc; /* a value we never wrote */
     return (int64_t)len;
@@ -78,12 +82,12 @@ static int kv__write(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
     after += cur >= 0 ? 0 : op->key_len + KV_SM_PAIR_BYTES;
     if (after > sm->quota_bytes && after > sm->bytes) {
         reply->status = FK_EQUOTA;
-        int n = snprintf((char *)reply->data, CONS_REPLY_MAX, "%llu of %llu bytes",
+        int n = snprintf((char *)reply->data, reply->cap, "%llu of %llu bytes",
                          (unsigned long long)after, (unsigned long long)sm->quota_bytes);
         reply->len = n > 0 ? (uint32_t)n : 0;
         return 0;
     }
-    int rc = kv_data_put(sm->store, op->key, op->key_len, op->val, op->val_len);
+    int rc = kv_data_put(sm->store, cons_op_key(op), op->key_len, cons_op_val(op), op->val_len);
     if (rc == 0)
         rc = kv__save_bytes(sm, after);
     return rc;
@@ -100,17 +104,17 @@ static int kv__scan_visit(void *arg, const void *k, size_t kl, const void *v, si
     struct kv__scan_ctx *c = arg;
     const struct cons_op *op = c->op;
     if (c->got == 0 && (op->scan_flags & CONS_SCAN_AFTER) &&
-        kv_key_cmp(k, kl, op->key, op->key_len) == 0)
+        kv_key_cmp(k, kl, cons_op_key(op), op->key_len) == 0)
         return 0; /* a continuation starts after the last key it got */
     if (c->got == op->scan_limit)
         return 1;
-    if (op->exp_len > 0 && kv_key_cmp(k, kl, op->exp, op->exp_len) >= 0)
+    if (op->exp_len > 0 && kv_key_cmp(k, kl, cons_op_exp(op), op->exp_len) >= 0)
         return 1; /* the end key */
-    if (4 + kl + vl > c->w.cap - c->w.len)
-        return 1; /* the reply is full: a shorter scan, still in order */
+    if (c->got > 0 && c->w.len + 6 + kl + vl > CONS_SCAN_PAGE)
+        return 1; /* the page is full: a shorter scan, still in order */
     cons_w_u16(&c->w, (uint16_t)kl);
     cons_w_bytes(&c->w, k, kl);
-    cons_w_u16(&c->w, (uint16_t)vl);
+    cons_w_u32(&c->w, (uint32_t)vl);
     cons_w_bytes(&c->w, v, vl);
     c->got++;
     return 0;
@@ -119,9 +123,10 @@ static int kv__scan_visit(void *arg, const void *k, size_t kl, const void *v, si
 static int kv__scan(struct kv_sm *sm, const struct cons_op *op, struct cons_reply *reply)
 {
     struct kv__scan_ctx c = {.op = op};
-    cons_wbuf_init(&c.w, reply->data, CONS_REPLY_MAX);
+    assert(reply->cap >= CONS_REPLY_MAX);
+    cons_wbuf_init(&c.w, reply->data, reply->cap);
     /* One more than the limit: an AFTER scan may skip its start key. */
-    int rc = kv_data_scan(sm->store, op->key, op->key_len, (uint32_t)op->scan_limit + 1,
+    int rc = kv_data_scan(sm->store, cons_op_key(op), op->key_len, (uint32_t)op->scan_limit + 1,
                           kv__scan_visit, &c);
     if (rc < 0)
         return rc;
@@ -137,7 +142,7 @@ static int kv__del(struct kv_sm *sm, const struct cons_op *op, int64_t cur,
         reply->status = FK_ENOTFOUND;
         return 0;
     }
-    int rc = kv_data_del(sm->store, op->key, op->key_len);
+    int rc = kv_data_del(sm->store, cons_op_key(op), op->key_len);
     if (rc == 0)
         rc = kv__save_bytes(sm, sm->bytes - (uint64_t)cur - op->key_len - KV_SM_PAIR_BYTES);
     return rc;
@@ -152,8 +157,11 @@ static int kv__apply(void *impl, const struct cons_op *op, struct cons_reply *re
         return kv__scan(sm, op, reply);
     if (op->type == CONS_OP_NOOP || op->type >= CONS_OP__COUNT)
         return FK_EINVAL;
-    uint8_t cur[CONS_VAL_MAX];
-    int64_t clen = kv__current(sm, op, op->type == CONS_OP_GET ? reply->data : cur);
+    /* GET and CAS read the value into the reply's buffer (a CAS answers
+     * no data, and compares before it writes anything there). */
+    assert(reply->cap >= CONS_REPLY_MAX);
+    int reads = op->type == CONS_OP_GET || op->type == CONS_OP_CAS;
+    int64_t clen = kv__current(sm, op, reads ? reply->data : NULL, reply->cap);
     if (clen < -1)
         return (int)clen;
     switch (op->type) {
@@ -170,7 +178,8 @@ static int kv__apply(void *impl, const struct cons_op *op, struct cons_reply *re
     case CONS_OP_CAS:
         if (clen < 0)
             reply->status = FK_ENOTFOUND;
-        else if ((uint64_t)clen != op->exp_len || memcmp(cur, op->exp, op->exp_len) != 0)
+        else if ((uint64_t)clen != op->exp_len ||
+                 memcmp(reply->data, cons_op_exp(op), op->exp_len) != 0)
             reply->status = FK_ECASFAIL;
         else
             return kv__write(sm, op, clen, reply);
@@ -190,7 +199,7 @@ static int kv__snap_visit(void *arg, const void *k, size_t kl, const void *v, si
     struct kv__snap_ctx *c = arg;
     cons_w_u16(&c->w, (uint16_t)kl);
     cons_w_bytes(&c->w, k, kl);
-    cons_w_u16(&c->w, (uint16_t)vl);
+    cons_w_u32(&c->w, (uint32_t)vl);
     cons_w_bytes(&c->w, v, vl);
     c->n++;
     return c->w.err ? FK_ETOOBIG : 0;
@@ -224,7 +233,7 @@ static int kv__validate(const uint8_t *buf, size_t len, uint64_t *bytes)
     for (uint32_t i = 0; i < n && !r.err; i++) {
         uint16_t kl = cons_r_u16(&r);
         const uint8_t *k = cons_r_bytes(&r, kl);
-        uint16_t vl = cons_r_u16(&r);
+        uint32_t vl = cons_r_u32(&r);
         cons_r_bytes(&r, vl);
         if (r.err || kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX)
             return FK_EMALFORMED;
@@ -252,7 +261,7 @@ static int kv__install(void *impl, const uint8_t *buf, size_t len)
     for (uint32_t i = 0; i < n && rc == 0; i++) {
         uint16_t kl = cons_r_u16(&r);
         const uint8_t *k = cons_r_bytes(&r, kl);
-        uint16_t vl = cons_r_u16(&r);
+        uint32_t vl = cons_r_u32(&r);
         const uint8_t *v = cons_r_bytes(&r, vl);
         rc = kv_data_put(sm->store, k, kl, v, vl);
     }

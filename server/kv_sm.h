@@ -96,7 +96,7 @@
 #include "kv_store.h"
 
 #define KV_SM_QUOTA_DEFAULT (256ULL << 20)
-#define KV_SM_PAIR_BYTES    4 /* the u16 key and value lengths of a snapshot pair */
+#define KV_SM_PAIR_BYTES    6 /* the u16 key and u32 value lengths of a snapshot pair */
 
 /* Sizes of the stream's fixed records (cons.h) and of a clients row. */
 #define KV_SM_HEAD_LEN             (1 + 8 + 8)

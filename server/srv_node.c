@@ -29,7 +29,7 @@
  * request (its latency is not recorded, nothing else changes). */
 #define PEND_SLOTS 4096
 /* The core's OUM message: a header and a message number around one op. */
-#define SRV_OUM_BUF (CONS_WIRE_OP_MAX + 64)
+#define SRV_OUM_BUF (NOP_WIRE_OP_MAX + 64) /* NOPaxos ops fit NOP_OP_MAX */
 
 struct pend {
     uint64_t client_id;

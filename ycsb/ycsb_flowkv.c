@@ -25,10 +25,11 @@
 #include <string.h>
 
 #define DEFAULT_CLUSTER "run/cluster.conf"
-/* Bytes one scan pair may take in a reply: the server stops filling a
- * reply when the next pair does not fit (server/kv_sm.c), so a reply with
- * more room left than this ended at the end of the key space. */
-#define PAIR_MAX (4 + FLOWKV_KEY_MAX + FLOWKV_VAL_MAX)
+/* Bytes one scan pair of a record of rec bytes may take in a page: the
+ * server stops a page when the next pair would take it past
+ * FLOWKV_SCAN_PAGE (server/kv_sm.c), so a page with more room left than
+ * this ended at the end of the key space. */
+#define PAIR_MAX(rec) (6 + FLOWKV_KEY_MAX + (rec))
 
 enum stage {
     SLOT_FREE,
@@ -59,9 +60,8 @@ struct ctx {
     struct slot *slots;
     int32_t nslots, nfree, inflight;
     int32_t *free_list;
-    struct flowkv_done *fdone;   /* nslots completions of one flowkv_poll */
-    uint8_t *rec;                /* scratch: the record being written */
-    struct flowkv_result *piece; /* scratch: a scan piece, for flowkv_scan_next */
+    struct flowkv_done *fdone; /* nslots completions of one flowkv_poll */
+    uint8_t *rec;              /* scratch: the record being written */
 };
 
 /* ---- properties and open ----------------------------------------------------- */
@@ -94,8 +94,7 @@ static int check_limits(struct ctx *c, char *err, size_t errlen)
     if (c->rec_cap > FLOWKV_VAL_MAX) {
         snprintf(err, errlen,
                  "flowkv: a record of %lld fields of %d bytes is %zu bytes encoded, more than "
-                 "flowkv's %d-byte values (lower fieldcount or fieldlength, e.g. -p fieldcount=1 "
-                 "-p fieldlength=64)",
+                 "flowkv's %d-byte values (lower fieldcount or fieldlength)",
                  (long long)k->fieldcount, k->fieldlength, c->rec_cap, FLOWKV_VAL_MAX);
         return FK_ETOOBIG;
     }
@@ -107,6 +106,28 @@ static int check_limits(struct ctx *c, char *err, size_t errlen)
     return 0;
 }
 
+/* NOPaxos carries requests of FLOWKV_NOP_OP_MAX bytes of key and values
+ * (README, Limits): a record must fit one with its key (keys are short:
+ * 64 bytes covers YCSB's), and twice when updates of some fields are a
+ * compare-and-swap of the old record for the new one. Checked against
+ * the first replica that answers; none answering leaves it to the
+ * operations. */
+static int check_nopaxos(struct ctx *c, char *err, size_t errlen)
+{
+    struct flowkv_replica_status st = {0};
+    for (uint32_t i = 0; i < flowkv_replicas(c->kv) && !st.reachable; i++)
+        flowkv_status(c->kv, i, &st, FK_NSEC_PER_SEC);
+    size_t need = (c->conf.writeallfields ? 1 : 2) * c->rec_cap + 64;
+    if (!st.reachable || strcmp(st.protocol, "nopaxos") != 0 || need <= FLOWKV_NOP_OP_MAX)
+        return 0;
+    snprintf(err, errlen,
+             "flowkv: records of %zu bytes: %s needs %zu bytes a request, more than the %d "
+             "NOPaxos carries (use Multi-Paxos, or lower fieldcount or fieldlength)",
+             c->rec_cap, c->conf.writeallfields ? "a put" : "an update of some fields", need,
+             FLOWKV_NOP_OP_MAX);
+    return FK_ETOOBIG;
+}
+
 static void ctx_free(struct ctx *c)
 {
     flowkv_close(c->kv);
@@ -114,7 +135,6 @@ static void ctx_free(struct ctx *c)
     free(c->free_list);
     free(c->fdone);
     free(c->rec);
-    free(c->piece);
     free(c);
 }
 
@@ -125,8 +145,7 @@ static int ctx_alloc(struct ctx *c)
     c->free_list = calloc((size_t)d, sizeof *c->free_list);
     c->fdone = calloc((size_t)d, sizeof *c->fdone);
     c->rec = malloc(FLOWKV_VAL_MAX);
-    c->piece = malloc(sizeof *c->piece);
-    if (!c->slots || !c->free_list || !c->fdone || !c->rec || !c->piece)
+    if (!c->slots || !c->free_list || !c->fdone || !c->rec)
         return -ENOMEM;
     c->nslots = d;
     for (int32_t i = 0; i < d; i++)
@@ -161,6 +180,8 @@ static int fkv_open(void **out, const struct ycsb_props *props, int32_t tid, cha
         if (rc < 0)
             snprintf(err, errlen, "flowkv: cannot open %s: %s", path,
                      why[0] ? why : fk_strerror(rc));
+        else if (tid == 0)
+            rc = check_nopaxos(c, err, errlen);
     }
     if (rc < 0) {
         ctx_free(c);
@@ -351,13 +372,11 @@ static int scan_piece(struct ctx *c, struct slot *s, const struct flowkv_done *d
 {
     if (d->len > FLOWKV_RESULT_MAX)
         return FK_EMALFORMED;
-    c->piece->status = 0;
-    c->piece->len = d->len;
-    memcpy(c->piece->data, d->data, d->len);
+    struct flowkv_result piece = {.status = 0, .len = d->len, .data = d->data};
     size_t off = 0, klen = 0, vlen;
     const uint8_t *key = NULL, *val;
     int32_t n = 0, rc;
-    while ((rc = flowkv_scan_next(c->piece, &off, &key, &klen, &val, &vlen)) == 1) {
+    while ((rc = flowkv_scan_next(&piece, &off, &key, &klen, &val, &vlen)) == 1) {
         struct ycsb_record_view v;
         if (klen > FLOWKV_KEY_MAX || check_value(c, s->req, val, vlen, &v) < 0)
             return FK_EMALFORMED;
@@ -370,7 +389,8 @@ static int scan_piece(struct ctx *c, struct slot *s, const struct flowkv_done *d
     s->scan_left -= n;
     /* The key space goes on when the piece was full, in pairs or bytes;
      * the next piece starts after the last key (FLOWKV_SCAN_AFTER). */
-    int more = n > 0 && (n == asked || d->len > FLOWKV_RESULT_MAX - PAIR_MAX);
+    int more = n > 0 && (n == asked || PAIR_MAX(c->rec_cap) > FLOWKV_SCAN_PAGE ||
+                         d->len > FLOWKV_SCAN_PAGE - PAIR_MAX(c->rec_cap));
     if (s->scan_left > 0 && more) {
         memcpy(s->next_key, key, klen);
         s->next_len = klen;

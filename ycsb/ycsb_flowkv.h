@@ -11,10 +11,12 @@
  *
  * A record is one value in ycsb_record.h's encoding (identical bytes to the
  * etcd binding's); the table is not part of the key. The encoded record
- * must fit in one flowkv value (FLOWKV_VAL_MAX = 1,024 bytes): 8 + fieldcount
- * * (4 + fieldlength) bytes, so YCSB's default 10 x 100-byte fields (1,048
- * bytes) does not fit and open fails with FK_ETOOBIG and a message; the DFI
- * benchmark's one 64-byte field is 76 bytes.
+ * must fit in one flowkv value (FLOWKV_VAL_MAX = 1 MiB): 8 + fieldcount *
+ * (4 + fieldlength) bytes: 1,048 for YCSB's default 10 x 100-byte fields,
+ * 76 for the DFI benchmark's one 64-byte field. On NOPaxos a request holds
+ * at most FLOWKV_NOP_OP_MAX bytes of key and values, and an update of some
+ * fields is a compare-and-swap of two records: open refuses records that
+ * do not fit, with FK_ETOOBIG and a message.
  *
  * Operations:
  *   READ    flowkv GET: OK when the value is a valid record (holding the

@@ -261,7 +261,8 @@ static int project(const struct lin_op *ops, size_t n, uint32_t k, struct reg_op
                 continue;
             r.type = CONS_OP_GET;
             r.status = FK_ENOTFOUND;
-            int covered = o->scan_n < o->scan_limit;
+            /* A short page ends the range, unless it stopped for bytes. */
+            int covered = o->scan_n < o->scan_limit && !o->scan_cut;
             for (uint8_t j = 0; j < o->scan_n; j++) {
                 if (o->scan_keys[j] == k) {
                     r.status = 0;

@@ -12,7 +12,8 @@
  * it, scan_after) up to the end key (exclusive, scan_end; LIN_NO_END for
  * none); a pair returned is a read of that key with that value; a key
  * inside the range that was not returned (below the last returned key, or
- * anywhere in the range when fewer than `limit` pairs came back) is a read
+ * anywhere in the range when fewer than `limit` pairs came back and the
+ * page had room for more, !scan_cut) is a read
  * of "absent"; keys past a full scan's last pair are unconstrained. This checks every value and
  * omission a scan reports but not that all keys of one scan were read at the same instant.
  *
@@ -39,6 +40,7 @@ struct lin_op {
     uint64_t call, ret;
     uint8_t scan_limit, scan_n;
     uint8_t scan_after; /* the range starts after key */
+    uint8_t scan_cut;   /* the page may have stopped for bytes (cons.h, CONS_SCAN_PAGE) */
     uint32_t scan_end;  /* key index the range stops before, or LIN_NO_END */
     uint32_t scan_keys[CONS_SCAN_MAX];
     uint64_t scan_vals[CONS_SCAN_MAX];

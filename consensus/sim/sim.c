@@ -196,7 +196,7 @@ static void blob_clear(struct blob *b);
 /* Bytes of the simulator's largest state stream. */
 #define SIM_SM_IMAGE_MAX                                                                           \
     (CONS_SNAP_BYTES(SIM_CLIENTS_MAX, SIM_KEYS_MAX,                                                \
-                     (size_t)SIM_KEYS_MAX * (CONS_KEY_MAX + CONS_VAL_MAX)) +                       \
+                     (size_t)SIM_KEYS_MAX * (CONS_KEY_MAX + KV_MEM_VAL_MAX)) +                     \
      CONS_SNAP_RECORD_MAX)
 
 /* After a step of a core whose state lives in its machine: if the machine
@@ -355,6 +355,9 @@ static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
     /* A history of a few to a few dozen entries: catch-up after compaction
      * goes through it or, past it, through a transfer. */
     c->history_bytes = (size_t)512 << (w->o->seed / 3 % 4);
+    /* Room for three to twelve large values in a leader's log (a CAS of
+     * two takes 10 KB): leaders wait for compaction to make room. */
+    c->big_bytes = (size_t)16384 << (w->o->seed / 12 % 3);
     c->seed = w->o->seed * 1000003u + (uint64_t)i * 7919u + w->reps[i].inc;
     c->bugs = w->o->bugs;
     if (w->o->proto == SIM_NOP) {
@@ -602,29 +605,51 @@ static void on_heal(struct world *w)
 
 /* ---- clients ------------------------------------------------------------------ */
 
-static void key_bytes(uint32_t k, struct cons_op *op)
+/* Writes key k ("kNN", 3 bytes) at dst. */
+static uint32_t key_bytes(uint32_t k, uint8_t *dst)
 {
-    op->key_len = (uint16_t)snprintf((char *)op->key, CONS_KEY_MAX, "k%02u", k);
+    char tmp[16];
+    assert(k < 100);
+    snprintf(tmp, sizeof tmp, "k%02u", k);
+    memcpy(dst, tmp, 3);
+    return 3;
 }
 
-static void put_token(uint8_t *dst, uint16_t *len, uint64_t token)
+/* Whether token's value is padded to SIM_VAL_MAX: a function of the
+ * token, so a CAS expecting a value rebuilds its exact bytes. */
+static int token_big(const struct world *w, uint64_t token)
+{
+    return w->o->proto != SIM_NOP && (token & 7) == 5; /* NOPaxos: NOP_OP_MAX */
+}
+
+/* Writes token's value at dst; returns its length. */
+static uint32_t put_token(const struct world *w, uint8_t *dst, uint64_t token)
 {
     char tmp[17];
     snprintf(tmp, sizeof tmp, "%016" PRIx64, token);
     memcpy(dst, tmp, 16);
-    *len = 16;
+    if (!token_big(w, token))
+        return 16;
+    memset(dst + 16, 'p', SIM_VAL_MAX - 16);
+    return SIM_VAL_MAX;
 }
 
-static int get_token(const uint8_t *src, size_t len, uint64_t *token)
+static int get_token(const struct world *w, const uint8_t *src, size_t len, uint64_t *token)
 {
     char tmp[17];
-    if (len != 16)
+    if (len != 16 && len != SIM_VAL_MAX)
         return -1;
     memcpy(tmp, src, 16);
     tmp[16] = 0;
     char *end;
     *token = strtoull(tmp, &end, 16);
-    return *end == 0 ? 0 : -1;
+    if (*end != 0 || len != (token_big(w, *token) ? SIM_VAL_MAX : 16u))
+        return -1;
+    for (size_t i = 16; i < len; i++) {
+        if (src[i] != 'p')
+            return -1;
+    }
+    return 0;
 }
 
 static struct lin_op *hist_add(struct world *w)
@@ -642,7 +667,7 @@ static struct lin_op *hist_add(struct world *w)
 
 static void client_send(struct world *w, struct client *c)
 {
-    uint8_t buf[CONS_WIRE_OP_MAX + 64];
+    uint8_t buf[sizeof(struct cons_wire_hdr) + sizeof(struct cons_wire_op) + sizeof c->op_bytes];
     if (w->o->proto == SIM_NOP) {
         sim__nop_client_send(w, c);
         return;
@@ -661,10 +686,10 @@ static void client_next(struct world *w, struct client *c)
     struct cons_op *op = &c->op;
     uint32_t k = (uint32_t)(sim__rnd(w) % w->nkeys);
     uint64_t dice = sim__rnd(w) % 100;
-    memset(op, 0, offsetof(struct cons_op, key));
-    op->client_id = c->id;
-    op->req_no = ++c->req_no;
-    key_bytes(k, op);
+    /* key, value, expected one after another in op_bytes (cons_op_init) */
+    uint8_t *b = c->op_bytes;
+    uint32_t klen = key_bytes(k, b), vlen = 0, elen = 0;
+    uint8_t type, limit = 0, flags = 0;
     struct lin_op *h = hist_add(w);
     h->key = k;
     h->call = w->now;
@@ -672,38 +697,40 @@ static void client_next(struct world *w, struct client *c)
     h->client = c->id;
     uint64_t tok = (c->id << 32) | ++c->next_val;
     if (dice < 30) {
-        op->type = CONS_OP_GET;
+        type = CONS_OP_GET;
     } else if (dice < 60) {
-        op->type = CONS_OP_PUT;
-        put_token(op->val, &op->val_len, tok);
+        type = CONS_OP_PUT;
+        vlen = put_token(w, b + klen, tok);
         h->arg = tok;
     } else if (dice < 70) {
-        op->type = CONS_OP_DEL;
+        type = CONS_OP_DEL;
     } else if (dice < 90) {
-        op->type = CONS_OP_CAS;
-        put_token(op->val, &op->val_len, tok);
+        type = CONS_OP_CAS;
+        vlen = put_token(w, b + klen, tok);
         uint64_t exp = c->seen[k] ? c->seen[k] : tok ^ 1;
-        put_token(op->exp, &op->exp_len, exp);
+        elen = put_token(w, b + klen + vlen, exp);
         h->arg = tok;
         h->exp = exp;
     } else {
-        op->type = CONS_OP_SCAN;
-        op->scan_limit = (uint8_t)sim__urange(w, 1, 4);
-        h->scan_limit = op->scan_limit;
+        type = CONS_OP_SCAN;
+        limit = (uint8_t)sim__urange(w, 1, 4);
+        h->scan_limit = limit;
         /* Some scans continue AFTER their start key or stop before an end
          * key (cons.h). Chosen from the request number, not the random
          * stream, so every seed keeps the schedule it had before. */
-        h->scan_after = c->req_no % 3 == 0;
-        op->scan_flags = h->scan_after ? CONS_SCAN_AFTER : 0;
+        h->scan_after = (c->req_no + 1) % 3 == 0;
+        flags = h->scan_after ? CONS_SCAN_AFTER : 0;
         h->scan_end = LIN_NO_END;
-        if (c->req_no % 2 == 0) {
-            struct cons_op end;
-            h->scan_end = k + 1 + (uint32_t)(c->req_no % 4); /* past the last key: no bound */
-            key_bytes(h->scan_end, &end);
-            memcpy(op->exp, end.key, end.key_len);
-            op->exp_len = end.key_len;
+        if ((c->req_no + 1) % 2 == 0) {
+            h->scan_end = k + 1 + (uint32_t)((c->req_no + 1) % 4); /* past the last key: no bound */
+            elen = key_bytes(h->scan_end, b + klen);
         }
     }
+    cons_op_init(op, type, b, klen, b + klen, vlen, b + klen + vlen, elen);
+    op->client_id = c->id;
+    op->req_no = ++c->req_no;
+    op->scan_limit = limit;
+    op->scan_flags = flags;
     h->type = op->type;
     c->hist = w->hist_n - 1;
     nop_quorum_reset(&c->q, w->n, c->id, c->req_no);
@@ -720,27 +747,31 @@ static int scan_result(struct world *w, struct lin_op *h, const struct cons_repl
     while (r.off < r.len && !r.err) {
         uint16_t kl = cons_r_u16(&r);
         const uint8_t *k = cons_r_bytes(&r, kl);
-        uint16_t vl = cons_r_u16(&r);
+        uint32_t vl = cons_r_u32(&r);
         const uint8_t *v = cons_r_bytes(&r, vl);
         unsigned idx;
         if (r.err || h->scan_n >= h->scan_limit || kl != 3 ||
             sscanf((const char *)k, "k%2u", &idx) != 1 || idx >= w->nkeys ||
-            get_token(v, vl, &h->scan_vals[h->scan_n]) < 0)
+            get_token(w, v, vl, &h->scan_vals[h->scan_n]) < 0)
             return -1;
         h->scan_keys[h->scan_n++] = idx;
     }
+    /* Room left for another pair of the largest value: else the page may
+     * have stopped for bytes, not at the range's end. */
+    h->scan_cut = rep->len + 6 + 3 + SIM_VAL_MAX > CONS_SCAN_PAGE;
     return r.err ? -1 : 0;
 }
 
 static void on_client_msg(struct world *w, struct client *c, const struct smsg *m)
 {
     struct cons_reply rep;
+    const uint8_t *data;
     uint32_t hint;
     if (w->o->proto == SIM_NOP) {
         sim__nop_client_msg(w, c, m);
         return;
     }
-    if (mpx_decode_reply(m->data, m->len, &rep, &hint) < 0) {
+    if (mpx_decode_reply(m->data, m->len, &rep, &data, &hint) < 0) {
         sim__fail(w, "client %" PRIu64 ": malformed reply", c->id);
         return;
     }
@@ -753,6 +784,8 @@ static void on_client_msg(struct world *w, struct client *c, const struct smsg *
                 NULL);
         return;
     }
+    rep.data = (uint8_t *)data; /* read only (sim__client_done) */
+    rep.cap = rep.len;
     sim__client_done(w, c, &rep);
 }
 
@@ -764,7 +797,7 @@ void sim__client_done(struct world *w, struct client *c, const struct cons_reply
     h->status = rep.status;
     int bad = 0;
     if (h->type == CONS_OP_GET && rep.status == 0)
-        bad = get_token(rep.data, rep.len, &h->out) < 0;
+        bad = get_token(w, rep.data, rep.len, &h->out) < 0;
     if (h->type == CONS_OP_SCAN && rep.status == 0)
         bad = scan_result(w, h, &rep) < 0;
     if (bad)

@@ -40,6 +40,10 @@
 
 #define SIM_CLIENTS_MAX 16
 #define SIM_KEYS_MAX    16
+/* Values: a 16-digit token, for one in eight tokens (Multi-Paxos) padded
+ * to SIM_VAL_MAX bytes, more than an op holds inline (cons.h), so seeds
+ * exercise the log's storage of large values and its budget. */
+#define SIM_VAL_MAX 5000
 
 enum sim_proto { SIM_MPX = 0, SIM_NOP = 1 };
 

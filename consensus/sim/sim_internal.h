@@ -87,6 +87,7 @@ struct client {
     struct nop_quorum q; /* NOPaxos: replies gathered for the current request */
 
     struct cons_op op;
+    uint8_t op_bytes[3 + 2 * SIM_VAL_MAX]; /* op's key, value and expected when not inline */
     int busy;
     uint32_t target, gen, done;
     size_t hist;

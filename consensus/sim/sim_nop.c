@@ -42,7 +42,7 @@ static void oum_multicast(struct world *w, const uint8_t *msg, int len)
  * fills (nop.h), each lost or delivered on its own. */
 void sim__nop_client_send(struct world *w, struct client *c)
 {
-    static uint8_t req[CONS_WIRE_OP_MAX + 64]; /* one run at a time per process: see sim.h */
+    static uint8_t req[NOP_WIRE_OP_MAX + 64]; /* one run at a time per process: see sim.h */
     c->gen++;
     sim__at(w, 120 * MS, EV_CLIENT, (uint32_t)(c - w->cl), c->gen, 0, NULL);
     w->res->msgs++;

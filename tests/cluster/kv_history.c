@@ -252,7 +252,9 @@ static void pick_op(struct worker *w, struct rec *r)
 /* Runs r on kv and fills r->out for a get; returns the library's code. */
 static int issue(flowkv *kv, struct rec *r)
 {
-    char key[16], val[VALUE_TEXT_MAX], exp[VALUE_TEXT_MAX], got[FLOWKV_VAL_MAX];
+    /* A value of any size (a megabyte): off the worker's stack. */
+    static __thread char got[FLOWKV_VAL_MAX];
+    char key[16], val[VALUE_TEXT_MAX], exp[VALUE_TEXT_MAX];
     size_t kl = key_name(key, sizeof(key), r->key);
     size_t vl = token_text(val, r->arg), el = token_text(exp, r->exp), gl = 0;
     int rc;

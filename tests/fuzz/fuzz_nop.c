@@ -56,13 +56,16 @@
 #define BLOB_MAX    4096
 #define RESTORE_MAX 16 /* log entries a RESTORED start may bring: log_cap */
 
-/* A built message: a segment of SEG_MAX largest ops plus a checkpoint. */
-static uint8_t msg[SEG_MAX * (CONS_WIRE_OP_MAX + 1) + 2 * 65536];
-static uint8_t rec[CONS_WIRE_OP_MAX + 64];
+/* A built message: a segment of SEG_MAX largest ops NOPaxos carries (nop.h,
+ * NOP_OP_MAX) plus a checkpoint. */
+static uint8_t msg[SEG_MAX * (NOP_WIRE_OP_MAX + 1) + 2 * 65536];
+static uint8_t rec[NOP_WIRE_OP_MAX + 64];
 static uint8_t cp_scratch[65536 + 64];
 static struct nop_msg dec_msg;
 static struct cons_op dec_op;
 static struct cons_reply dec_reply;
+/* Applies fill a reply's buffer (cons.h): a static one. */
+static uint8_t apply_data[CONS_REPLY_MAX];
 static struct cons_ctab scratch_ctab; /* to tell which checkpoints are valid */
 static struct kv_mem *scratch_kv;
 
@@ -99,23 +102,21 @@ static uint8_t next(struct cur *c)
  * that scripts revisit them: duplicates, CAS hits, a full table. */
 static void make_op(struct cur *c, struct cons_op *op)
 {
-    uint8_t b = next(c);
-    memset(op, 0, offsetof(struct cons_op, key));
+    static const uint8_t vs[8] = {'v', 'v', 'v', 'v', 'v', 'v', 'v', 'v'};
+    uint8_t b = next(c), key[3] = {0};
+    uint64_t req_no = 1 + next(c) % 8;
+    uint8_t type = (uint8_t)(CONS_OP_GET + (b >> 2) % 5);
+    uint32_t klen = type == CONS_OP_SCAN && (b & 0x80) ? 0 : 1 + b % 3, vlen = 0, elen = 0;
+    for (uint32_t k = 0; k < klen; k++)
+        key[k] = (uint8_t)('a' + next(c) % 4);
+    if (type == CONS_OP_PUT || type == CONS_OP_CAS)
+        vlen = next(c) % 8;
+    if (type == CONS_OP_CAS)
+        elen = next(c) % 8;
+    cons_op_init(op, type, key, klen, vs, vlen, vs, elen);
     op->client_id = 1 + b % 4;
-    op->req_no = 1 + next(c) % 8;
-    op->type = (uint8_t)(CONS_OP_GET + (b >> 2) % 5);
-    op->key_len = op->type == CONS_OP_SCAN && (b & 0x80) ? 0 : 1 + b % 3;
-    for (uint16_t k = 0; k < op->key_len; k++)
-        op->key[k] = (uint8_t)('a' + next(c) % 4);
-    if (op->type == CONS_OP_PUT || op->type == CONS_OP_CAS) {
-        op->val_len = next(c) % 8;
-        memset(op->val, 'v', op->val_len);
-    }
-    if (op->type == CONS_OP_CAS) {
-        op->exp_len = next(c) % 8;
-        memset(op->exp, 'v', op->exp_len);
-    }
-    if (op->type == CONS_OP_SCAN)
+    op->req_no = req_no;
+    if (type == CONS_OP_SCAN)
         op->scan_limit = (uint8_t)(1 + next(c) % CONS_SCAN_MAX);
 }
 
@@ -132,7 +133,7 @@ static void make_blobs(void)
             uint8_t seed[4] = {(uint8_t)(4 + i), 0, (uint8_t)i, (uint8_t)(i + 1)};
             struct cur c = {seed, sizeof seed};
             struct cons_op op;
-            struct cons_reply rep;
+            struct cons_reply rep = {.data = apply_data, .cap = sizeof apply_data};
             make_op(&c, &op); /* client 1 + i's first request: a PUT */
             if (cons_apply_once(&sm, &t, &op, &rep) < 0)
                 abort();
@@ -329,6 +330,7 @@ static void check_outbox(struct run *s, const struct cons_outbox *out)
         struct nop_view v;
         uint64_t slot;
         int has;
+        const uint8_t *d;
         if (m->to.kind == CONS_ADDR_REPLICA) {
             if (m->to.id >= 3 || m->to.id == s->id ||
                 nop__decode(m->buf, m->len, &dec_msg, &dec_op) < 0)
@@ -336,8 +338,9 @@ static void check_outbox(struct run *s, const struct cons_outbox *out)
             if (dec_msg.type == NOP_RECOVERY)
                 s->nonce = dec_msg.u1;
         } else if (m->to.kind != CONS_ADDR_CLIENT ||
-                   nop_decode_reply(m->buf, m->len, &v, &slot, &has, &dec_reply) < 0 ||
-                   dec_reply.client_id != m->to.id) {
+                   nop_decode_reply(m->buf, m->len, &v, &slot, &has, &dec_reply, &d) < 0 ||
+                   dec_reply.client_id != m->to.id || dec_reply.len > NOP_RESULT_MAX ||
+                   d < m->buf || d + dec_reply.len > m->buf + m->len) {
             abort();
         }
     }

@@ -75,7 +75,7 @@ struct node {
     uint32_t session;         /* the sequencer's (NOPaxos) */
     uint64_t seq;             /* its last number */
     struct cons_op op;
-    uint8_t oum_buf[CONS_WIRE_OP_MAX + 64]; /* as srv_node's SRV_OUM_BUF */
+    uint8_t oum_buf[NOP_WIRE_OP_MAX + 64]; /* as srv_node's SRV_OUM_BUF */
     uint32_t nq;
     struct {
         uint32_t from, len;
@@ -213,6 +213,7 @@ static void drain(struct node *n, const struct cons_outbox *out)
         uint64_t slot;
         int has;
         uint32_t hint;
+        const uint8_t *d;
         if (!n->nop && m->to.kind == CONS_ADDR_PEERS) {
             answer_mpx(n, m, 1);
             answer_mpx(n, m, 2);
@@ -222,9 +223,9 @@ static void drain(struct node *n, const struct cons_outbox *out)
             else
                 answer_mpx(n, m, (uint32_t)m->to.id);
         } else if (m->to.kind != CONS_ADDR_CLIENT ||
-                   (n->nop ? nop_decode_reply(m->buf, m->len, &v, &slot, &has, &reply)
-                           : mpx_decode_reply(m->buf, m->len, &reply, &hint)) < 0 ||
-                   reply.client_id != m->to.id) {
+                   (n->nop ? nop_decode_reply(m->buf, m->len, &v, &slot, &has, &reply, &d)
+                           : mpx_decode_reply(m->buf, m->len, &reply, &d, &hint)) < 0 ||
+                   reply.client_id != m->to.id || d < m->buf || d + reply.len > m->buf + m->len) {
             abort();
         }
     }
@@ -351,24 +352,21 @@ static void server_number(struct node *n, int fill)
 /* A valid operation over a few clients and keys, from the bytes. */
 static void make_op(const uint8_t *p, size_t len, uint64_t client, struct cons_op *op)
 {
-    uint8_t b[8] = {0};
+    static const uint8_t vs[8] = {'v', 'v', 'v', 'v', 'v', 'v', 'v', 'v'};
+    uint8_t b[8] = {0}, key[3] = {0};
     memcpy(b, p, len < sizeof b ? len : sizeof b);
-    memset(op, 0, offsetof(struct cons_op, key));
+    uint8_t type = (uint8_t)(CONS_OP_GET + b[1] % 5);
+    uint32_t klen = type == CONS_OP_SCAN && (b[1] & 0x80) ? 0 : 1 + b[2] % 3, vlen = 0, elen = 0;
+    for (uint32_t k = 0; k < klen; k++)
+        key[k] = (uint8_t)('a' + (b[3 + k] % 4));
+    if (type == CONS_OP_PUT || type == CONS_OP_CAS)
+        vlen = b[6] % 8;
+    if (type == CONS_OP_CAS)
+        elen = b[7] % 8;
+    cons_op_init(op, type, key, klen, vs, vlen, vs, elen);
     op->client_id = client;
     op->req_no = 1 + b[0] % 8;
-    op->type = (uint8_t)(CONS_OP_GET + b[1] % 5);
-    op->key_len = op->type == CONS_OP_SCAN && (b[1] & 0x80) ? 0 : 1 + b[2] % 3;
-    for (uint16_t k = 0; k < op->key_len; k++)
-        op->key[k] = (uint8_t)('a' + (b[3 + k] % 4));
-    if (op->type == CONS_OP_PUT || op->type == CONS_OP_CAS) {
-        op->val_len = b[6] % 8;
-        memset(op->val, 'v', op->val_len);
-    }
-    if (op->type == CONS_OP_CAS) {
-        op->exp_len = b[7] % 8;
-        memset(op->exp, 'v', op->exp_len);
-    }
-    if (op->type == CONS_OP_SCAN)
+    if (type == CONS_OP_SCAN)
         op->scan_limit = (uint8_t)(1 + b[6] % CONS_SCAN_MAX);
 }
 

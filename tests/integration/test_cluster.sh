@@ -100,7 +100,7 @@ wait_caught_up() { # wait_caught_up DIR ID: its commit point reaches the leader'
     return 1
 }
 
-cli_ops() { # cli_ops DIR: every CLI command and its exit status
+cli_ops() { # cli_ops DIR PROTO: every CLI command and its exit status
     local c="$1/cluster.conf" out
     "$CLI" -c "$c" put k1 v1 && [ "$("$CLI" -c "$c" get k1)" = v1 ] || return 1
     echo -n from-stdin | "$CLI" -c "$c" put k2 && [ "$("$CLI" -c "$c" get k2)" = from-stdin ] || return 2
@@ -117,8 +117,21 @@ cli_ops() { # cli_ops DIR: every CLI command and its exit status
     "$CLI" -c "$c" put "$k511" v511 && [ "$("$CLI" -c "$c" get "$k511")" = v511 ] || return 8
     err=$("$CLI" -c "$c" put "$k512" v 2>&1); [ $? -eq 3 ] || return 8
     [ "$err" = "flowkv: put: key over the size limit of 511 bytes" ] || { echo "$err"; return 8; }
-    err=$(head -c 1025 /dev/zero | "$CLI" -c "$c" put big 2>&1); [ $? -eq 3 ] || return 9
-    case $err in *"value over the size limit of 1024 bytes"*) ;; *) echo "$err"; return 9 ;; esac
+    # Values: 1 MiB (Multi-Paxos; NOPaxos 4096 bytes of key and value a
+    # request, its ordered multicast's limit), read back whole; one byte
+    # more is refused, with the limit named.
+    local max=1048576
+    [ "$2" = nopaxos ] && max=$((4096 - 3))
+    head -c "$max" /dev/urandom >"$1/big.in"
+    "$CLI" -c "$c" put big <"$1/big.in" && "$CLI" -c "$c" get big >"$1/big.out" || return 9
+    head -c "$max" "$1/big.out" | cmp -s - "$1/big.in" || return 9
+    [ "$(stat -c %s "$1/big.out")" -eq $((max + 1)) ] || return 9 # and a newline
+    err=$(head -c $((max + 1)) /dev/zero | "$CLI" -c "$c" put big 2>&1); [ $? -eq 3 ] || return 9
+    case $err in *"value over the size limit of 1048576 bytes"*) ;; *) echo "$err"; return 9 ;; esac
+    if [ "$2" = nopaxos ]; then
+        case $err in *"nopaxos carries at most 4096 bytes"*) ;; *) echo "$err"; return 9 ;; esac
+    fi
+    "$CLI" -c "$c" del big || return 9 # room under the 2 MiB quota
     "$CLI" -c "$c" frobnicate 2>/dev/null; [ $? -eq 2 ] || return 10
     "$CLI" -c "$c" status | grep -q leader || return 11
     return 0
@@ -131,11 +144,11 @@ cli_scan() { # cli_scan DIR: the CLI pages a long scan (after kv_check paging)
     "$CLI" -c "$c" scan pg- 10001 2>/dev/null; [ $? -eq 2 ] || return 3
 }
 
-quota_full() { # quota_full DIR: the library and the CLI at the data quota, then room again
+quota_full() { # quota_full DIR BYTES: the library and the CLI at the data quota, then room again
     local c="$1/cluster.conf" err
     "$KV" "$c" quota fill || return 1
-    err=$(head -c 1000 /dev/zero | tr '\0' x | "$CLI" -c "$c" put q-cli 2>&1); [ $? -eq 3 ] || return 2
-    case $err in "flowkv: put: quota exceeded ("*" of 1048576 bytes)") ;; *) echo "$err"; return 3 ;; esac
+    err=$(head -c 2010 /dev/zero | tr '\0' x | "$CLI" -c "$c" put q-cli 2>&1); [ $? -eq 3 ] || return 2
+    case $err in "flowkv: put: quota exceeded ("*" of $2 bytes)") ;; *) echo "$err"; return 3 ;; esac
     "$KV" "$c" quota clear || return 4
 }
 
@@ -176,14 +189,18 @@ state_dump() {
 
 run_protocol() {
     local proto=$1 base=$2 d=$WORK/$1
-    fk_local_conf "$d/cluster.conf" "$proto" sync "$base" 1MiB
+    # A small quota, for the quota checks: 2 MiB holds Multi-Paxos' 1 MiB
+    # value; NOPaxos holds at most 1.5 MB (README, Limits).
+    local quota=2MiB
+    [ "$proto" = nopaxos ] && quota=1MiB
+    fk_local_conf "$d/cluster.conf" "$proto" sync "$base" "$quota"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     if wait_serving "$d"; then t_ok "$proto: 3 replicas serve"; else
         t_fail "$proto: 3 replicas serve" "no put succeeded within 30 s: $(tail -n 3 "$d/log0")"
         for i in 0 1 2; do stop "$d" $i KILL; done
         return
     fi
-    t_check "$proto: every CLI command, with its exit status" cli_ops "$d"
+    t_check "$proto: every CLI command, with its exit status" cli_ops "$d" "$proto"
     t_check "$proto: SIGUSR1 logs each replica's protocol state; status shows each log's end" state_dump "$d" "$proto"
     if [ "$proto" = multipaxos ]; then
         local l0 sent
@@ -200,7 +217,7 @@ run_protocol() {
     t_check "$proto: flowkv_scan_range pages through 50,000 keys, 10,000 per call" \
         "$KV" "$d/cluster.conf" paging 50000
     t_check "$proto: flowkv scan prints 10,000 pairs, and stops at an end key" cli_scan "$d"
-    t_check "$proto: a full cluster answers quota exceeded (N of M bytes)" quota_full "$d"
+    t_check "$proto: a full cluster answers quota exceeded (N of M bytes)" quota_full "$d" "$([ "$proto" = nopaxos ] && echo 1048576 || echo 2097152)"
     t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
     t_check "$proto: malformed request bytes leave the replicas serving" "$CLI" -c "$d/cluster.conf" put after-garbage ok

@@ -13,31 +13,35 @@
 #include "fk_time.h"
 #include "kv.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static struct cons_reply rep;
+/* Applies fill a reply's buffer (cons.h): a static one, never the stack. */
+static uint8_t rep_data[CONS_REPLY_MAX];
+static struct cons_reply rep = {.data = rep_data, .cap = CONS_REPLY_MAX};
+
+/* An op of client's request req on key "k" with val and exp (C strings). */
+static struct cons_op key_op(uint8_t type, uint64_t client, uint64_t req, const char *val,
+                             const char *exp)
+{
+    struct cons_op op;
+    cons_op_init(&op, type, "k", 1, val, (uint32_t)strlen(val), exp, (uint32_t)strlen(exp));
+    op.client_id = client;
+    op.req_no = req;
+    return op;
+}
 
 static struct cons_op get_op(uint64_t client, uint64_t req)
 {
-    struct cons_op op;
-    memset(&op, 0, offsetof(struct cons_op, key));
-    op.client_id = client;
-    op.req_no = req;
-    op.type = CONS_OP_GET;
-    op.key_len = 1;
-    op.key[0] = 'k';
-    return op;
+    return key_op(CONS_OP_GET, client, req, "", "");
 }
 
 /* A PUT of a two-byte value to the same key. */
 static struct cons_op put_op(uint64_t client, uint64_t req, const char *val)
 {
-    struct cons_op op = get_op(client, req);
-    op.type = CONS_OP_PUT;
-    op.val_len = 2;
-    memcpy(op.val, val, 2);
-    return op;
+    assert(strlen(val) == 2);
+    return key_op(CONS_OP_PUT, client, req, val, "");
 }
 
 static int apply(struct cons_sm *sm, struct cons_ctab *t, uint64_t client, uint64_t req)
@@ -186,7 +190,7 @@ TEST(random_stream_matches_model_and_reload)
     struct cons_sm sm = kv_mem_sm(kv);
     static struct cons_ctab a, b;
     static struct model m;
-    static uint8_t snap[CAP * (CONS_REPLY_MAX + 64) + 64];
+    static uint8_t snap[CONS_CTAB_SAVE_MAX(CAP)];
     uint64_t id[CLIENTS], next_req[CLIENTS], fresh = 0;
     CHECK_OK(cons_ctab_init(&a, CAP));
     CHECK_OK(cons_ctab_init(&b, CAP));
@@ -264,7 +268,7 @@ TEST(logged_read_is_read_again_on_retry)
     struct kv_mem *kv = kv_mem_create(8);
     struct cons_sm sm = kv_mem_sm(kv);
     static struct cons_ctab t, u;
-    static uint8_t snap[4 * (CONS_REPLY_MAX + 64)];
+    static uint8_t snap[CONS_CTAB_SAVE_MAX(4)];
     CHECK_OK(cons_ctab_init(&t, 4));
     CHECK_OK(cons_ctab_init(&u, 4));
     struct cons_op put = put_op(1, 1, "v1");
@@ -282,8 +286,7 @@ TEST(logged_read_is_read_again_on_retry)
     CHECK_OK(cons_ctab_save(&t, snap, sizeof snap, &len));
     CHECK_OK(cons_ctab_load(&u, snap, len));
     CHECK_EQ_I64(cons_ctab_find(&u, 7)->status, FK_EUNKEPT);
-    memcpy(put.val, "v2", 2); /* written after the read's slot */
-    put.req_no = 2;
+    put = put_op(1, 2, "v2"); /* written after the read's slot */
     CHECK_EQ_I64(cons_apply_once(&sm, &u, &put, &rep), 0);
     CHECK_EQ_U64(u.ops, 3);
     CHECK_EQ_I64(cons_apply_once(&sm, &u, &get, &rep), 1);
@@ -322,19 +325,13 @@ TEST(reads_keep_no_result_writes_keep_their_outcome)
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &get, &rep), 0);
     CHECK(rep.status == 0 && rep.len == 2 && memcmp(rep.data, "v1", 2) == 0);
     CHECK_EQ_I64(cons_ctab_find(&t, 7)->status, FK_EUNKEPT);
-    memcpy(put.val, "v2", 2);
-    put.req_no = 2;
+    put = put_op(1, 2, "v2");
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &put, &rep), 0);
     CHECK_EQ_U64(t.ops, 3);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &get, &rep), 1);
     CHECK(rep.status == 0 && rep.len == 2 && memcmp(rep.data, "v2", 2) == 0);
     CHECK_EQ_U64(t.ops, 3);
-    struct cons_op cas = get_op(8, 1);
-    cas.type = CONS_OP_CAS;
-    cas.exp_len = 1;
-    cas.exp[0] = 'x';
-    cas.val_len = 1;
-    cas.val[0] = 'y';
+    struct cons_op cas = key_op(CONS_OP_CAS, 8, 1, "y", "x");
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &cas, &rep), 0);
     CHECK_EQ_I64(rep.status, FK_ECASFAIL);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &cas, &rep), 1);
@@ -348,7 +345,7 @@ TEST(reads_keep_no_result_writes_keep_their_outcome)
 TEST(load_rejects_bad_snapshots_and_keeps_the_table)
 {
     static struct cons_ctab t, u;
-    static uint8_t buf[4 * (CONS_REPLY_MAX + 64)], bad[sizeof buf];
+    static uint8_t buf[CONS_CTAB_SAVE_MAX(4)], bad[sizeof buf];
     CHECK_OK(cons_ctab_init(&t, 4));
     CHECK_OK(cons_ctab_init(&u, 4));
     for (uint64_t c = 1; c <= 3; c++) {

@@ -8,19 +8,19 @@
 
 #include <stdlib.h>
 
+/* Applies fill a reply's buffer (cons.h): a static one, never the stack. */
+static uint8_t rep_data[CONS_REPLY_MAX];
+static struct cons_reply rep = {.data = rep_data, .cap = CONS_REPLY_MAX};
+/* Encodings of the largest op. */
+static uint8_t buf[CONS_WIRE_OP_MAX + 64];
+
 static struct cons_op mkop(uint8_t type, const char *key, const char *val, const char *exp)
 {
     struct cons_op op;
-    memset(&op, 0, sizeof op);
+    cons_op_init(&op, type, key, (uint32_t)strlen(key), val, (uint32_t)strlen(val), exp,
+                 (uint32_t)strlen(exp));
     op.client_id = 7;
     op.req_no = 1;
-    op.type = type;
-    op.key_len = (uint16_t)strlen(key);
-    memcpy(op.key, key, op.key_len);
-    op.val_len = (uint16_t)strlen(val);
-    memcpy(op.val, val, op.val_len);
-    op.exp_len = (uint16_t)strlen(exp);
-    memcpy(op.exp, exp, op.exp_len);
     if (type == CONS_OP_SCAN)
         op.scan_limit = 4;
     return op;
@@ -28,7 +28,6 @@ static struct cons_op mkop(uint8_t type, const char *key, const char *val, const
 
 TEST(op_roundtrip)
 {
-    uint8_t buf[CONS_WIRE_OP_MAX];
     struct cons_op in = mkop(CONS_OP_CAS, "key", "new", "old"), out;
     struct cons_wbuf w;
     cons_wbuf_init(&w, buf, sizeof buf);
@@ -40,8 +39,13 @@ TEST(op_roundtrip)
     CHECK_OK(cons_wire_get_op(&r, &out));
     CHECK_OK(cons_r_done(&r));
     CHECK_EQ_U64(out.type, CONS_OP_CAS);
-    CHECK(out.val_len == 3 && memcmp(out.val, "new", 3) == 0);
-    CHECK(out.exp_len == 3 && memcmp(out.exp, "old", 3) == 0);
+    CHECK(out.ext == NULL);
+    CHECK(out.key_len == 3 && memcmp(cons_op_key(&out), "key", 3) == 0);
+    CHECK(out.val_len == 3 && memcmp(cons_op_val(&out), "new", 3) == 0);
+    CHECK(out.exp_len == 3 && memcmp(cons_op_exp(&out), "old", 3) == 0);
+    cons_rbuf_init(&r, buf, w.len);
+    CHECK_EQ_I64(cons_wire_skip_op(&r), 3 + 3 + 3);
+    CHECK_OK(cons_r_done(&r));
     /* Every truncation is rejected. */
     for (size_t cut = 0; cut < w.len; cut++) {
         cons_rbuf_init(&r, buf, cut);
@@ -49,9 +53,50 @@ TEST(op_roundtrip)
     }
 }
 
+/* An op of the largest key and value, and a CAS of the largest value and
+ * expected value: their bytes do not fit inline, so they are decoded in
+ * place (ext points into the message). */
+TEST(large_op_roundtrip)
+{
+    size_t n = CONS_KEY_MAX + 2 * (size_t)CONS_VAL_MAX;
+    uint8_t *bytes = malloc(n);
+    CHECK(bytes != NULL);
+    for (size_t i = 0; i < n; i++)
+        bytes[i] = (uint8_t)(i * 131 + 7);
+    uint32_t vals[2] = {CONS_VAL_MAX, CONS_VAL_MAX};
+    uint32_t exps[2] = {0, CONS_VAL_MAX};
+    uint8_t types[2] = {CONS_OP_PUT, CONS_OP_CAS};
+    for (int i = 0; i < 2; i++) {
+        struct cons_op in, out;
+        cons_op_init(&in, types[i], bytes, CONS_KEY_MAX, bytes + CONS_KEY_MAX, vals[i],
+                     bytes + CONS_KEY_MAX + vals[i], exps[i]);
+        in.client_id = 7;
+        in.req_no = 1;
+        CHECK(in.ext == bytes);
+        size_t nb = cons_op_nbytes(&in);
+        struct cons_wbuf w;
+        cons_wbuf_init(&w, buf, sizeof buf);
+        cons_wire_put_op(&w, &in);
+        CHECK_OK(w.err);
+        CHECK_EQ_U64(w.len, sizeof(struct cons_wire_op) + nb);
+        CHECK(w.len <= CONS_WIRE_OP_MAX);
+        struct cons_rbuf r;
+        cons_rbuf_init(&r, buf, w.len);
+        CHECK_OK(cons_wire_get_op(&r, &out));
+        CHECK_OK(cons_r_done(&r));
+        CHECK(out.ext == buf + sizeof(struct cons_wire_op));
+        CHECK(memcmp(&out, &in, CONS_OP_HEAD) == 0);
+        CHECK(memcmp(cons_op_key(&out), bytes, nb) == 0);
+        cons_rbuf_init(&r, buf, w.len);
+        CHECK_EQ_I64(cons_wire_skip_op(&r), (int64_t)nb);
+        cons_rbuf_init(&r, buf, w.len - 1);
+        CHECK_ERR(cons_wire_get_op(&r, &out), FK_EMALFORMED);
+    }
+    free(bytes);
+}
+
 TEST(op_shapes_rejected)
 {
-    uint8_t buf[CONS_WIRE_OP_MAX];
     struct cons_op bad[4] = {mkop(CONS_OP_GET, "", "", ""), mkop(CONS_OP_GET, "k", "v", ""),
                              mkop(9, "k", "", ""), mkop(CONS_OP_PUT, "k", "v", "x")};
     for (int i = 0; i < 4; i++) {
@@ -68,8 +113,8 @@ TEST(op_shapes_rejected)
     struct cons_wbuf w;
     cons_wbuf_init(&w, buf, sizeof buf);
     cons_wire_put_op(&w, &op);
-    uint16_t huge = CONS_VAL_MAX + 1;
-    memcpy(buf + offsetof(struct cons_wire_op, val_len), &huge, 2);
+    uint32_t huge = CONS_VAL_MAX + 1;
+    memcpy(buf + offsetof(struct cons_wire_op, val_len), &huge, 4);
     struct cons_rbuf r;
     struct cons_op out;
     cons_rbuf_init(&r, buf, w.len);
@@ -78,25 +123,25 @@ TEST(op_shapes_rejected)
 
 TEST(request_and_garbage)
 {
-    uint8_t buf[CONS_WIRE_OP_MAX + 64];
     struct cons_op op = mkop(CONS_OP_PUT, "k", "v", "");
     int len = mpx_encode_request(buf, sizeof buf, &op);
     CHECK(len > (int)sizeof(struct cons_wire_hdr));
-    struct cons_reply rep;
+    struct cons_reply dec;
+    const uint8_t *data;
     uint32_t hint;
     /* A request is not a reply; truncations and random bytes are rejected. */
-    CHECK_ERR(mpx_decode_reply(buf, (size_t)len, &rep, &hint), FK_EMALFORMED);
+    CHECK_ERR(mpx_decode_reply(buf, (size_t)len, &dec, &data, &hint), FK_EMALFORMED);
     for (int cut = 0; cut < len; cut++)
-        CHECK_ERR(mpx_decode_reply(buf, (size_t)cut, &rep, &hint), FK_EMALFORMED);
+        CHECK_ERR(mpx_decode_reply(buf, (size_t)cut, &dec, &data, &hint), FK_EMALFORMED);
     uint64_t s = 1;
     for (int round = 0; round < 2000; round++) {
         for (int i = 0; i < len; i++) {
             s = s * 6364136223846793005ULL + 1442695040888963407ULL;
             buf[i] = (uint8_t)(s >> 56);
         }
-        CHECK_ERR(mpx_decode_reply(buf, (size_t)len, &rep, &hint), FK_EMALFORMED);
+        CHECK_ERR(mpx_decode_reply(buf, (size_t)len, &dec, &data, &hint), FK_EMALFORMED);
     }
-    CHECK_ERR(mpx_decode_reply(NULL, 0, &rep, &hint), FK_EMALFORMED);
+    CHECK_ERR(mpx_decode_reply(NULL, 0, &dec, &data, &hint), FK_EMALFORMED);
 }
 
 TEST(ctab_save_load_and_exactly_once)
@@ -106,14 +151,13 @@ TEST(ctab_save_load_and_exactly_once)
     struct cons_sm sm = kv_mem_sm(kv);
     struct cons_ctab t;
     CHECK_OK(cons_ctab_init(&t, 2));
-    static struct cons_reply rep;
     struct cons_op op = mkop(CONS_OP_PUT, "a", "1", "");
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &op, &rep), 0);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &op, &rep), 1); /* duplicate: cached */
     op.req_no = 0 + 1;
     struct cons_op older = op;
+    op = mkop(CONS_OP_PUT, "a", "2", "");
     op.req_no = 2;
-    op.val[0] = '2';
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &op, &rep), 0);
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &older, &rep), 2); /* old: ignored */
     /* A third client evicts the least recently used row (client 7);
@@ -129,7 +173,6 @@ TEST(ctab_save_load_and_exactly_once)
     c3.req_no = 3;
     CHECK_EQ_I64(cons_apply_once(&sm, &t, &c3, &rep), 0);
     CHECK_EQ_I64(rep.status, FK_EEXPIRED);
-    static uint8_t buf[1 << 16];
     size_t len;
     CHECK_OK(cons_ctab_save(&t, buf, sizeof buf, &len));
     struct cons_ctab u;
@@ -146,17 +189,16 @@ TEST(ctab_save_load_and_exactly_once)
     kv_mem_destroy(kv);
 }
 
-static int32_t apply(struct cons_sm *sm, struct cons_op op, struct cons_reply *rep)
+static int32_t apply(struct cons_sm *sm, struct cons_op op, struct cons_reply *out)
 {
-    CHECK_OK(sm->ops->apply(sm->impl, &op, rep));
-    return rep->status;
+    CHECK_OK(sm->ops->apply(sm->impl, &op, out));
+    return out->status;
 }
 
 TEST(kv_ops_and_scan)
 {
     struct kv_mem *kv = kv_mem_create(4);
     struct cons_sm sm = kv_mem_sm(kv);
-    static struct cons_reply rep;
     CHECK_ERR(apply(&sm, mkop(CONS_OP_GET, "b", "", ""), &rep), FK_ENOTFOUND);
     CHECK_OK(apply(&sm, mkop(CONS_OP_PUT, "b", "2", ""), &rep));
     CHECK_OK(apply(&sm, mkop(CONS_OP_PUT, "a", "1", ""), &rep));
@@ -169,9 +211,15 @@ TEST(kv_ops_and_scan)
     CHECK_OK(apply(&sm, mkop(CONS_OP_DEL, "a", "", ""), &rep));
     CHECK_ERR(apply(&sm, mkop(CONS_OP_DEL, "a", "", ""), &rep), FK_ENOTFOUND);
     CHECK_OK(apply(&sm, mkop(CONS_OP_SCAN, "a", "", ""), &rep));
-    /* b=9, c=3 in order: 2+1+2+1 + 2+1+2+1 bytes. */
-    CHECK_EQ_U64(rep.len, 12);
-    CHECK(rep.data[2] == 'b' && rep.data[5] == '9' && rep.data[8] == 'c');
+    /* b=9, c=3 in order: 2+1+4+1 + 2+1+4+1 bytes (u16 klen, key, u32 vlen,
+     * value). */
+    CHECK_EQ_U64(rep.len, 16);
+    CHECK(rep.data[2] == 'b' && rep.data[7] == '9' && rep.data[10] == 'c' && rep.data[15] == '3');
+    uint16_t kl;
+    uint32_t vl;
+    memcpy(&kl, rep.data + 8, 2);
+    memcpy(&vl, rep.data + 11, 4);
+    CHECK(kl == 1 && vl == 1);
     CHECK_OK(apply(&sm, mkop(CONS_OP_PUT, "d", "4", ""), &rep));
     CHECK_OK(apply(&sm, mkop(CONS_OP_PUT, "e", "5", ""), &rep));
     CHECK_ERR(apply(&sm, mkop(CONS_OP_PUT, "f", "6", ""), &rep), FK_EFULL);
@@ -183,10 +231,8 @@ TEST(kv_snapshot_install)
 {
     struct kv_mem *a = kv_mem_create(8), *b = kv_mem_create(8);
     struct cons_sm sa = kv_mem_sm(a), sb = kv_mem_sm(b);
-    static struct cons_reply rep;
     apply(&sa, mkop(CONS_OP_PUT, "x", "1", ""), &rep);
     apply(&sa, mkop(CONS_OP_PUT, "y", "2", ""), &rep);
-    static uint8_t buf[1 << 15];
     size_t len;
     CHECK_OK(sa.ops->snapshot(sa.impl, buf, sizeof buf, &len));
     CHECK_ERR(sa.ops->snapshot(sa.impl, buf, 3, &len), FK_ETOOBIG);

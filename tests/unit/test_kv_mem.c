@@ -2,25 +2,23 @@
  * contract: views, cursors, chunks, staged installs, refusals. */
 #include "check.h"
 #include "cons.h"
+#include "cons_wire.h"
 #include "fk_error.h"
 #include "kv.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static struct cons_reply rep;
+/* Applies fill a reply's buffer (cons.h): a static one, never the stack. */
+static uint8_t rep_data[CONS_REPLY_MAX];
+static struct cons_reply rep = {.data = rep_data, .cap = CONS_REPLY_MAX};
 
 static void put(struct cons_sm *sm, const char *k, const char *v)
 {
     static struct cons_op op;
-    memset(&op, 0, sizeof op);
-    op.type = CONS_OP_PUT;
+    cons_op_init(&op, CONS_OP_PUT, k, (uint32_t)strlen(k), v, (uint32_t)strlen(v), NULL, 0);
     op.client_id = 1;
     op.req_no = 1;
-    op.key_len = (uint16_t)strlen(k);
-    memcpy(op.key, k, op.key_len);
-    op.val_len = (uint16_t)strlen(v);
-    memcpy(op.val, v, op.val_len);
     CHECK_OK(sm->ops->apply(sm->impl, &op, &rep));
     CHECK_EQ_I64(rep.status, 0);
 }
@@ -63,7 +61,11 @@ static int read_all(struct cons_sm *sm, uint32_t slot, size_t want, uint8_t *out
     return chunks;
 }
 
-static uint8_t a_buf[1 << 16], b_buf[1 << 16];
+/* Room for a whole (small) stream, and for one more record after it:
+ * snap_read and cons_sm_save want CONS_SNAP_RECORD_MAX bytes free before
+ * every chunk. */
+#define STREAM_CAP ((1 << 16) + CONS_SNAP_RECORD_MAX)
+static uint8_t a_buf[STREAM_CAP], b_buf[STREAM_CAP];
 
 TEST(stream_round_trip_in_many_chunks)
 {
@@ -77,7 +79,8 @@ TEST(stream_round_trip_in_many_chunks)
     int chunks = read_all(&sa, 3, 1, a_buf, sizeof a_buf, &la);
     CHECK_EQ_I64(chunks, 1 + 9 + 40 + 1); /* one record a chunk */
     /* Chunk by chunk into b, as a transfer would. */
-    uint8_t cur[CONS_SNAP_CURSOR_MAX], chunk[CONS_SNAP_RECORD_MAX];
+    uint8_t cur[CONS_SNAP_CURSOR_MAX];
+    static uint8_t chunk[CONS_SNAP_RECORD_MAX];
     size_t clen = 0, got;
     int rc = 0;
     CHECK_OK(sb.ops->install_begin(sb.impl));
@@ -159,7 +162,7 @@ TEST(bad_streams_leave_the_live_state)
     fill(&sa, 3, 2);
     fill(&sb, 1, 0);
     size_t len, before_len, after_len;
-    static uint8_t before[4096], after[4096], bad[4096];
+    static uint8_t before[STREAM_CAP], after[STREAM_CAP], bad[STREAM_CAP];
     CHECK_OK(cons_sm_save(&sb, before, sizeof before, &before_len));
     CHECK_OK(cons_sm_save(&sa, a_buf, sizeof a_buf, &len));
     /* Offsets: HEAD 17, two sessions of 29, three pairs, END 17. */
@@ -185,6 +188,34 @@ TEST(bad_streams_leave_the_live_state)
     fill(&sc, 5, 0);
     CHECK_OK(cons_sm_save(&sc, bad, sizeof bad, &len));
     CHECK_ERR(install(&sb, bad, len), FK_EFULL);
+    /* A pair whose value is within CONS_VAL_MAX but over what this machine
+     * holds (KV_MEM_VAL_MAX): refused. HEAD, the pair (u8 tag, u16 klen,
+     * key, u32 vlen, value), END. */
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, bad, sizeof bad);
+    cons_w_u8(&w, CONS_SNAP_HEAD);
+    cons_w_u64(&w, 1);
+    cons_w_u64(&w, 0);
+    cons_w_u8(&w, CONS_SNAP_PAIR);
+    cons_w_u16(&w, 1);
+    cons_w_u8(&w, 'k');
+    cons_w_u32(&w, KV_MEM_VAL_MAX + 1);
+    for (uint32_t i = 0; i <= KV_MEM_VAL_MAX; i++)
+        cons_w_u8(&w, 'v');
+    cons_w_u8(&w, CONS_SNAP_END);
+    cons_w_u64(&w, 0);
+    cons_w_u64(&w, 1);
+    CHECK_OK(w.err);
+    CHECK(install(&sb, bad, w.len) < 0);
+    /* The same stream with the largest value it holds installs. */
+    struct kv_mem *d = kv_mem_create(4);
+    struct cons_sm sd = kv_mem_sm(d);
+    uint32_t vmax = KV_MEM_VAL_MAX;
+    memcpy(bad + 17 + 4, &vmax, 4);
+    memmove(bad + 17 + 8 + vmax, bad + 17 + 8 + vmax + 1, 17);
+    CHECK_OK(install(&sd, bad, w.len - 1));
+    CHECK_EQ_U64(kv_mem_count(d), 1);
+    kv_mem_destroy(d);
     /* An abort, and a chunk without begin. */
     CHECK_OK(sb.ops->install_begin(sb.impl));
     CHECK_OK(sb.ops->install_chunk(sb.impl, a_buf, 17));

@@ -41,30 +41,61 @@ static uint32_t rnd(uint32_t n)
     return (uint32_t)(rng >> 33) % n;
 }
 
-static void random_op(struct cons_op *op, uint64_t req)
+/* Builds op (client 1, request 0) from bytes that may be anywhere: they
+ * are copied one after another into a static buffer first, which
+ * cons_op_init wants for an op too large to hold inline. op is valid
+ * until the next call. */
+static void build_op(struct cons_op *op, uint8_t type, const void *k, size_t kl, const void *v,
+                     size_t vl, const void *e, size_t el)
 {
-    memset(op, 0, sizeof *op);
+    static uint8_t bytes[CONS_KEY_MAX + 2 * (size_t)CONS_VAL_MAX];
+    CHECK(kl <= CONS_KEY_MAX && vl <= CONS_VAL_MAX && el <= CONS_VAL_MAX);
+    if (kl)
+        memcpy(bytes, k, kl);
+    if (vl)
+        memcpy(bytes + kl, v, vl);
+    if (el)
+        memcpy(bytes + kl + vl, e, el);
+    cons_op_init(op, type, bytes, (uint32_t)kl, bytes + kl, (uint32_t)vl, bytes + kl + vl,
+                 (uint32_t)el);
     op->client_id = 1;
-    op->req_no = req;
-    op->type = (uint8_t)(1 + rnd(5));
-    /* 40 keys of 1..6 bytes: prefixes of each other exercise the order. */
-    op->key_len = (uint16_t)(1 + rnd(6));
-    for (int i = 0; i < op->key_len; i++)
-        op->key[i] = (uint8_t)('a' + (rnd(40) + i) % 3);
-    op->val_len = (uint16_t)rnd(CONS_VAL_MAX + 1);
-    memset(op->val, 'a' + rnd(26), op->val_len);
-    op->exp_len = (uint16_t)rnd(3) ? (uint16_t)op->val_len : 0;
-    memset(op->exp, op->val[0], op->exp_len);
-    op->scan_limit = (uint8_t)(1 + rnd(CONS_SCAN_MAX));
-    if (op->type == CONS_OP_SCAN) { /* an end key (or none) and maybe AFTER the start */
-        op->exp_len = (uint16_t)(rnd(3) ? 0 : 1 + rnd(6));
-        for (int i = 0; i < op->exp_len; i++)
-            op->exp[i] = (uint8_t)('a' + rnd(3));
-        op->scan_flags = (uint8_t)rnd(2);
-    }
 }
 
-static struct cons_reply r1, r2;
+/* Values both machines hold: mostly up to 1 KiB, one in 16 up to the
+ * in-memory machine's largest (scans of those fill pages). */
+static void random_op(struct cons_op *op, uint64_t req)
+{
+    static uint8_t val[KV_MEM_VAL_MAX];
+    uint8_t key[6], exp[6];
+    uint8_t type = (uint8_t)(1 + rnd(5));
+    /* 40 keys of 1..6 bytes: prefixes of each other exercise the order. */
+    size_t kl = 1 + rnd(6);
+    for (size_t i = 0; i < kl; i++)
+        key[i] = (uint8_t)('a' + (rnd(40) + i) % 3);
+    size_t vl = rnd(16) ? rnd(1025) : rnd(KV_MEM_VAL_MAX + 1);
+    memset(val, 'a' + rnd(26), vl);
+    /* A CAS expects a value like the new one, or an empty one. */
+    size_t el = rnd(3) ? vl : 0;
+    uint8_t scan_limit = (uint8_t)(1 + rnd(CONS_SCAN_MAX)), scan_flags = 0;
+    if (type == CONS_OP_SCAN) { /* an end key (or none) and maybe AFTER the start */
+        vl = 0;
+        el = rnd(3) ? 0 : 1 + rnd(6);
+        for (size_t i = 0; i < el; i++)
+            exp[i] = (uint8_t)('a' + rnd(3));
+        scan_flags = (uint8_t)rnd(2);
+        build_op(op, type, key, kl, NULL, 0, exp, el);
+    } else {
+        build_op(op, type, key, kl, val, vl, val, el);
+    }
+    op->req_no = req;
+    op->scan_limit = scan_limit;
+    op->scan_flags = scan_flags;
+}
+
+/* Applies fill a reply's buffer (cons.h): static ones, never the stack. */
+static uint8_t r1_data[CONS_REPLY_MAX], r2_data[CONS_REPLY_MAX];
+static struct cons_reply r1 = {.data = r1_data, .cap = CONS_REPLY_MAX};
+static struct cons_reply r2 = {.data = r2_data, .cap = CONS_REPLY_MAX};
 
 /* The keys of a scan reply, concatenated with '|'. */
 static const char *scan_keys(const struct cons_reply *r)
@@ -73,12 +104,13 @@ static const char *scan_keys(const struct cons_reply *r)
     size_t at = 0, o = 0;
     out[0] = '\0';
     while (at + 2 <= r->len && o + 16 < sizeof out) {
-        uint16_t kl, vl;
+        uint16_t kl;
+        uint32_t vl;
         memcpy(&kl, r->data + at, 2);
         o += (size_t)snprintf(out + o, sizeof out - o, "%s%.*s", o ? "|" : "", (int)kl,
                               (const char *)r->data + at + 2);
-        memcpy(&vl, r->data + at + 2 + kl, 2);
-        at += 4u + kl + vl;
+        memcpy(&vl, r->data + at + 2 + kl, 4);
+        at += 6u + kl + vl;
     }
     return out;
 }
@@ -98,14 +130,8 @@ TEST(scan_start_after_end_and_paging)
     CHECK_OK(kv_write_begin(store));
     for (int m = 0; m < 2; m++) {
         for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-            memset(&op, 0, sizeof op);
-            op.client_id = 1;
+            build_op(&op, CONS_OP_PUT, keys[i], strlen(keys[i]), "v", 1, NULL, 0);
             op.req_no = ++req;
-            op.type = CONS_OP_PUT;
-            op.key_len = (uint16_t)strlen(keys[i]);
-            memcpy(op.key, keys[i], op.key_len);
-            op.val_len = 1;
-            op.val[0] = 'v';
             CHECK_OK(sms[m].ops->apply(sms[m].impl, &op, &r1));
         }
     }
@@ -124,16 +150,11 @@ TEST(scan_start_after_end_and_paging)
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         for (int m = 0; m < 2; m++) {
-            memset(&op, 0, sizeof op);
-            op.client_id = 1;
+            build_op(&op, CONS_OP_SCAN, cases[c].start, strlen(cases[c].start), NULL, 0,
+                     cases[c].end, strlen(cases[c].end));
             op.req_no = ++req;
-            op.type = CONS_OP_SCAN;
             op.scan_limit = cases[c].limit;
             op.scan_flags = cases[c].flags;
-            op.key_len = (uint16_t)strlen(cases[c].start);
-            memcpy(op.key, cases[c].start, op.key_len);
-            op.exp_len = (uint16_t)strlen(cases[c].end);
-            memcpy(op.exp, cases[c].end, op.exp_len);
             CHECK_OK(sms[m].ops->apply(sms[m].impl, &op, &r1));
             CHECK_MSG(strcmp(scan_keys(&r1), cases[c].want) == 0,
                       "case %zu machine %d: got %s, want %s", c, m, scan_keys(&r1), cases[c].want);
@@ -142,9 +163,7 @@ TEST(scan_start_after_end_and_paging)
     /* Pages of two, each AFTER the last key of the one before. */
     for (int m = 0; m < 2; m++) {
         char walk[256] = "";
-        memset(&op, 0, sizeof op);
-        op.client_id = 1;
-        op.type = CONS_OP_SCAN;
+        build_op(&op, CONS_OP_SCAN, NULL, 0, NULL, 0, NULL, 0);
         op.scan_limit = 2;
         for (int page = 0; page < 10; page++) {
             op.req_no = ++req;
@@ -155,8 +174,8 @@ TEST(scan_start_after_end_and_paging)
             snprintf(walk + strlen(walk), sizeof walk - strlen(walk), "%s%s", walk[0] ? "|" : "",
                      k);
             const char *last = strrchr(k, '|') ? strrchr(k, '|') + 1 : k;
-            op.key_len = (uint16_t)strlen(last);
-            memcpy(op.key, last, op.key_len);
+            build_op(&op, CONS_OP_SCAN, last, strlen(last), NULL, 0, NULL, 0);
+            op.scan_limit = 2;
             op.scan_flags = CONS_SCAN_AFTER;
         }
         CHECK_MSG(strcmp(walk, "a|ab|abc|b|ba|c") == 0, "machine %d walked %s", m, walk);
@@ -165,7 +184,10 @@ TEST(scan_start_after_end_and_paging)
     kv_mem_destroy(mem);
     close_all();
 }
-static uint8_t snap1[1 << 20], snap2[1 << 20];
+/* Whole states, with room for one more record after them (cons_sm_save
+ * wants CONS_SNAP_RECORD_MAX bytes free before every chunk). */
+#define STATE_MAX ((16u << 20) + CONS_SNAP_RECORD_MAX)
+static uint8_t snap1[STATE_MAX], snap2[STATE_MAX];
 
 TEST(sm_matches_in_memory_machine)
 {
@@ -231,7 +253,7 @@ TEST(sm_snapshot_install_round_trip_and_rejects_garbage)
     /* Garbage and unordered snapshots are refused; the state stays. */
     CHECK_OK(kv_write_begin(store));
     CHECK_ERR(b.ops->install(b.impl, snap1, l1 - 1), FK_EMALFORMED);
-    uint8_t bad[] = {2, 0, 0, 0, 1, 0, 'b', 0, 0, 1, 0, 'a', 0, 0};
+    uint8_t bad[] = {2, 0, 0, 0, 1, 0, 'b', 0, 0, 0, 0, 1, 0, 'a', 0, 0, 0, 0};
     CHECK_ERR(b.ops->install(b.impl, bad, sizeof bad), FK_EMALFORMED);
     CHECK_OK(b.ops->install(b.impl, snap1, l1));
     CHECK_OK(kv_write_commit(store));
@@ -248,52 +270,166 @@ TEST(sm_snapshot_install_round_trip_and_rejects_garbage)
     close_all();
 }
 
+/* What the quota counts for a pair of a one-byte key and 1000-byte value. */
+#define KV_1000 (1 + 1000 + KV_SM_PAIR_BYTES)
+
 TEST(sm_quota_is_a_deterministic_reply)
 {
     open_all(3000);
     struct cons_sm b = kv_sm_cons(&sm);
-    struct cons_op op = {.client_id = 1, .type = CONS_OP_PUT, .key_len = 1, .val_len = 1000};
+    static const uint8_t zeros[1000];
+    struct cons_op op;
     int full = 0;
     CHECK_OK(kv_write_begin(store));
     for (int i = 0; i < 5; i++) {
-        op.key[0] = (uint8_t)('a' + i);
+        uint8_t k = (uint8_t)('a' + i);
+        build_op(&op, CONS_OP_PUT, &k, 1, zeros, sizeof zeros, NULL, 0);
         CHECK_OK(b.ops->apply(b.impl, &op, &r1));
         full += r1.status == FK_EQUOTA;
+        char want[32];
+        int wl = snprintf(want, sizeof want, "%d of 3000 bytes", 3 * KV_1000);
         if (r1.status == FK_EQUOTA) /* the reply says by how much */
-            CHECK_MSG(r1.len == 18 && memcmp(r1.data, "3015 of 3000 bytes", 18) == 0, "%.*s",
-                      (int)r1.len, (const char *)r1.data);
+            CHECK_MSG(r1.len == (uint32_t)wl && memcmp(r1.data, want, (size_t)wl) == 0,
+                      "%.*s, want %s", (int)r1.len, (const char *)r1.data, want);
     }
-    CHECK_EQ_I64(full, 3); /* 2 x 1005 bytes fit in 3000, the third does not */
+    CHECK_EQ_I64(full, 3); /* two such pairs fit in 3000, the third does not */
     /* Deleting makes room again. */
-    op.type = CONS_OP_DEL;
-    op.key[0] = 'a';
+    build_op(&op, CONS_OP_DEL, "a", 1, NULL, 0, NULL, 0);
     CHECK_OK(b.ops->apply(b.impl, &op, &r1));
     CHECK_EQ_I64(r1.status, 0);
-    op.type = CONS_OP_PUT;
-    op.key[0] = 'z';
+    build_op(&op, CONS_OP_PUT, "z", 1, zeros, sizeof zeros, NULL, 0);
     CHECK_OK(b.ops->apply(b.impl, &op, &r1));
     CHECK_EQ_I64(r1.status, 0);
     CHECK_OK(kv_write_commit(store));
-    CHECK_EQ_U64(sm.bytes, 2010);
+    CHECK_EQ_U64(sm.bytes, 2 * KV_1000);
     close_all();
     /* Many tiny pairs: the quota bounds the snapshot too (quota + 4). */
     open_all(3000);
-    struct cons_op tiny = {.client_id = 1, .type = CONS_OP_PUT, .key_len = 3};
+    struct cons_op tiny;
     CHECK_OK(kv_write_begin(store));
     int stored = 0;
     for (int i = 0; i < 1000; i++) {
-        tiny.key[0] = (uint8_t)('a' + i % 26);
-        tiny.key[1] = (uint8_t)('a' + i / 26 % 26);
-        tiny.key[2] = (uint8_t)('a' + i / 676);
+        uint8_t k[3] = {(uint8_t)('a' + i % 26), (uint8_t)('a' + i / 26 % 26),
+                        (uint8_t)('a' + i / 676)};
+        build_op(&tiny, CONS_OP_PUT, k, sizeof k, NULL, 0, NULL, 0);
         CHECK_OK(b.ops->apply(b.impl, &tiny, &r1));
         stored += r1.status == 0;
     }
-    CHECK_EQ_I64(stored, 3000 / 7);
+    CHECK_EQ_I64(stored, 3000 / (3 + KV_SM_PAIR_BYTES));
     static uint8_t snap[8192];
     size_t len;
     CHECK_OK(b.ops->snapshot(b.impl, snap, sizeof snap, &len));
     CHECK_MSG(len <= 3000 + 4, "a snapshot of %zu bytes under a quota of 3000", len);
     CHECK_OK(kv_write_commit(store));
+    close_all();
+}
+
+/* Applies op to machine m and checks its status. */
+static void apply_ok(struct cons_sm *m, const struct cons_op *op, struct cons_reply *r, int32_t st)
+{
+    CHECK_OK(m->ops->apply(m->impl, op, r));
+    CHECK_MSG(r->status == st, "op type %d: status %d, want %d", op->type, r->status, st);
+}
+
+/* Values up to CONS_VAL_MAX (lengths past a u16) go into the LMDB machine
+ * and come back whole by GET and SCAN, and a CAS compares and writes the
+ * largest; the in-memory machine holds values up to KV_MEM_VAL_MAX and
+ * refuses larger ones without a change. A scan page stops before its
+ * pairs pass CONS_SCAN_PAGE bytes, and holds one pair however large: the
+ * same pages from both machines. */
+TEST(sm_large_values_and_scan_pages)
+{
+    open_all(0);
+    struct kv_mem *mem = kv_mem_create(64);
+    CHECK(mem != NULL);
+    struct cons_sm sms[2] = {kv_mem_sm(mem), kv_sm_cons(&sm)};
+    uint8_t *v = malloc(CONS_VAL_MAX + 1), *v2 = malloc(CONS_VAL_MAX);
+    CHECK(v != NULL && v2 != NULL);
+    for (size_t i = 0; i <= CONS_VAL_MAX; i++)
+        v[i] = (uint8_t)(i * 7 + i / 251);
+    memset(v2, 'n', CONS_VAL_MAX);
+    struct cons_op op;
+    uint16_t kl;
+    uint32_t vl;
+    CHECK_OK(kv_write_begin(store));
+    build_op(&op, CONS_OP_PUT, "big", 3, v, CONS_VAL_MAX, NULL, 0);
+    CHECK(op.ext != NULL); /* too large for the op's inline bytes */
+    apply_ok(&sms[1], &op, &r1, 0);
+    build_op(&op, CONS_OP_GET, "big", 3, NULL, 0, NULL, 0);
+    apply_ok(&sms[1], &op, &r1, 0);
+    CHECK(r1.len == CONS_VAL_MAX && memcmp(r1.data, v, CONS_VAL_MAX) == 0);
+    build_op(&op, CONS_OP_SCAN, "b", 1, NULL, 0, NULL, 0);
+    op.scan_limit = CONS_SCAN_MAX;
+    apply_ok(&sms[1], &op, &r1, 0);
+    CHECK_EQ_U64(r1.len, 2 + 3 + 4 + CONS_VAL_MAX);
+    memcpy(&kl, r1.data, 2);
+    memcpy(&vl, r1.data + 2 + 3, 4);
+    CHECK(kl == 3 && memcmp(r1.data + 2, "big", 3) == 0 && vl == CONS_VAL_MAX);
+    CHECK(memcmp(r1.data + 9, v, CONS_VAL_MAX) == 0);
+    /* A CAS of the largest value and expected value: a miss, then a hit. */
+    build_op(&op, CONS_OP_CAS, "big", 3, v2, CONS_VAL_MAX, v2, CONS_VAL_MAX);
+    apply_ok(&sms[1], &op, &r1, FK_ECASFAIL);
+    build_op(&op, CONS_OP_CAS, "big", 3, v2, CONS_VAL_MAX, v, CONS_VAL_MAX);
+    apply_ok(&sms[1], &op, &r1, 0);
+    build_op(&op, CONS_OP_GET, "big", 3, NULL, 0, NULL, 0);
+    apply_ok(&sms[1], &op, &r1, 0);
+    CHECK(r1.len == CONS_VAL_MAX && memcmp(r1.data, v2, CONS_VAL_MAX) == 0);
+    build_op(&op, CONS_OP_DEL, "big", 3, NULL, 0, NULL, 0);
+    apply_ok(&sms[1], &op, &r1, 0);
+    /* The in-memory machine's limit. */
+    build_op(&op, CONS_OP_PUT, "m", 1, v, KV_MEM_VAL_MAX, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, 0);
+    build_op(&op, CONS_OP_PUT, "m", 1, v2, KV_MEM_VAL_MAX + 1, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, FK_EVALSIZE);
+    build_op(&op, CONS_OP_PUT, "n", 1, v2, KV_MEM_VAL_MAX + 1, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, FK_EVALSIZE);
+    build_op(&op, CONS_OP_CAS, "m", 1, v2, KV_MEM_VAL_MAX + 1, v, KV_MEM_VAL_MAX);
+    apply_ok(&sms[0], &op, &r1, FK_EVALSIZE);
+    build_op(&op, CONS_OP_GET, "m", 1, NULL, 0, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, 0);
+    CHECK(r1.len == KV_MEM_VAL_MAX && memcmp(r1.data, v, KV_MEM_VAL_MAX) == 0);
+    build_op(&op, CONS_OP_GET, "n", 1, NULL, 0, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, FK_ENOTFOUND);
+    build_op(&op, CONS_OP_DEL, "m", 1, NULL, 0, NULL, 0);
+    apply_ok(&sms[0], &op, &r1, 0);
+    /* Pages: pairs p0..p4 of 3000-byte values (3008 bytes a pair), then
+     * q of the in-memory machine's largest value, alone on its page. */
+    for (int m = 0; m < 2; m++) {
+        for (int i = 0; i < 5; i++) {
+            char k[2] = {'p', (char)('0' + i)};
+            build_op(&op, CONS_OP_PUT, k, 2, v + i, 3000, NULL, 0);
+            apply_ok(&sms[m], &op, &r1, 0);
+        }
+        build_op(&op, CONS_OP_PUT, "q", 1, v, KV_MEM_VAL_MAX, NULL, 0);
+        apply_ok(&sms[m], &op, &r1, 0);
+    }
+    static const struct {
+        const char *start;
+        uint8_t flags;
+        const char *want;
+    } pages[] = {
+        {"p", 0, "p0|p1"},
+        {"p1", CONS_SCAN_AFTER, "p2|p3"},
+        {"p3", CONS_SCAN_AFTER, "p4"}, /* p4 and q would pass the page */
+        {"p4", CONS_SCAN_AFTER, "q"},  /* over a page alone, still one pair */
+    };
+    for (size_t c = 0; c < sizeof pages / sizeof *pages; c++) {
+        for (int m = 0; m < 2; m++) {
+            struct cons_reply *r = m ? &r2 : &r1;
+            build_op(&op, CONS_OP_SCAN, pages[c].start, strlen(pages[c].start), NULL, 0, NULL, 0);
+            op.scan_limit = CONS_SCAN_MAX;
+            op.scan_flags = pages[c].flags;
+            apply_ok(&sms[m], &op, r, 0);
+            CHECK_MSG(strcmp(scan_keys(r), pages[c].want) == 0, "page %zu machine %d: got %s", c, m,
+                      scan_keys(r));
+            CHECK(r->len <= CONS_SCAN_PAGE || strchr(pages[c].want, '|') == NULL);
+        }
+        CHECK(r1.len == r2.len && memcmp(r1.data, r2.data, r1.len) == 0);
+    }
+    kv_write_abort(store);
+    free(v);
+    free(v2);
+    kv_mem_destroy(mem);
     close_all();
 }
 
@@ -332,13 +468,7 @@ static void rep_destroy(struct rep *r)
 static void put_pair(struct rep *r, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
     static struct cons_op op;
-    memset(&op, 0, offsetof(struct cons_op, key));
-    op.client_id = 1;
-    op.type = CONS_OP_PUT;
-    op.key_len = (uint16_t)kl;
-    op.val_len = (uint16_t)vl;
-    memcpy(op.key, k, kl);
-    memcpy(op.val, v, vl);
+    build_op(&op, CONS_OP_PUT, k, kl, v, vl, NULL, 0);
     CHECK_OK(r->c.ops->apply(r->c.impl, &op, &r1));
     CHECK_EQ_I64(r1.status, 0);
 }
@@ -372,20 +502,28 @@ static void populate(struct rep *r, int nsess, int npairs, uint64_t applied, uin
     CHECK_OK(kv_write_commit(r->store));
 }
 
-static uint8_t stream1[1 << 20], stream2[1 << 20], chunk[1 << 16];
+/* Chunk sizes (snap_read's `want`): small ones (about a record of a
+ * small value) make many chunks, big ones few. A chunk's buffer always
+ * has room for the largest record (cap >= CONS_SNAP_RECORD_MAX). */
+#define SMALL_WANT 1536
+#define BIG_WANT   (1 << 16)
+static uint8_t stream1[STATE_MAX], stream2[STATE_MAX], chunk[CONS_SNAP_RECORD_MAX + BIG_WANT];
 
-/* Reads view slot's whole stream in chunks of cap into out; returns its
- * length, and the number of chunks in *chunks. */
-static size_t read_view(struct rep *r, uint32_t slot, size_t cap, uint8_t *out, int *chunks)
+/* Reads view slot's whole stream in chunks of `want` bytes into out (of
+ * STATE_MAX bytes), each read with the smallest cap the contract allows;
+ * returns its length, and the number of chunks in *chunks. */
+static size_t read_view(struct rep *r, uint32_t slot, size_t want, uint8_t *out, int *chunks)
 {
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, at = 0, len;
     int rc = 0, n = 0;
     while (rc == 0) {
         CHECK(n < 100000);
-        rc = r->c.ops->snap_read(r->c.impl, slot, cur, &clen, out + at, cap, cap, &len);
+        CHECK(at + CONS_SNAP_RECORD_MAX <= STATE_MAX);
+        rc = r->c.ops->snap_read(r->c.impl, slot, cur, &clen, out + at, CONS_SNAP_RECORD_MAX, want,
+                                 &len);
         CHECK_OK(rc);
-        CHECK(len > 0 && len <= cap && at + len <= sizeof stream1);
+        CHECK(len > 0 && len <= CONS_SNAP_RECORD_MAX);
         at += len;
         n++;
     }
@@ -395,22 +533,22 @@ static size_t read_view(struct rep *r, uint32_t slot, size_t cap, uint8_t *out, 
     return at;
 }
 
-/* The whole stream of r's committed state, in chunks of cap. */
-static size_t read_state(struct rep *r, size_t cap, uint8_t *out, uint64_t *applied)
+/* The whole stream of r's committed state, in chunks of `want` bytes. */
+static size_t read_state(struct rep *r, size_t want, uint8_t *out, uint64_t *applied)
 {
     uint64_t a;
     CHECK_OK(r->c.ops->snap_open(r->c.impl, 3, &a));
-    size_t n = read_view(r, 3, cap, out, NULL);
+    size_t n = read_view(r, 3, want, out, NULL);
     r->c.ops->snap_close(r->c.impl, 3);
     if (applied != NULL)
         *applied = a;
     return n;
 }
 
-/* Streams a's state into b, chunk by chunk, each chunk in a write
+/* Streams a's state into b, chunks of `want` bytes, each chunk in a write
  * transaction of its own as the server's batches would; returns the
  * number of chunks. */
-static int transfer(struct rep *a, struct rep *b, size_t cap)
+static int transfer(struct rep *a, struct rep *b, size_t want)
 {
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, len;
@@ -421,7 +559,7 @@ static int transfer(struct rep *a, struct rep *b, size_t cap)
     CHECK_OK(b->c.ops->install_begin(b->c.impl));
     CHECK_OK(kv_write_commit(b->store));
     while (rc == 0) {
-        rc = a->c.ops->snap_read(a->c.impl, 0, cur, &clen, chunk, cap, cap, &len);
+        rc = a->c.ops->snap_read(a->c.impl, 0, cur, &clen, chunk, sizeof chunk, want, &len);
         CHECK_OK(rc);
         CHECK_OK(kv_write_begin(b->store));
         CHECK_OK(b->c.ops->install_chunk(b->c.impl, chunk, len));
@@ -497,16 +635,20 @@ TEST(sm_stream_bytes_follow_cons_h)
     w_end(&w, 2, 3);
     CHECK(w.err == 0);
     uint64_t applied;
-    size_t n = read_state(&a, sizeof chunk, stream1, &applied);
+    size_t n = read_state(&a, BIG_WANT, stream1, &applied);
     CHECK_EQ_U64(applied, 41);
     CHECK_EQ_U64(n, w.len);
     CHECK(memcmp(stream1, want, n) == 0);
-    CHECK_EQ_U64(read_state(&a, CONS_SNAP_RECORD_MAX, stream2, NULL), n);
+    int chunks;
+    CHECK_OK(a.c.ops->snap_open(a.c.impl, 3, &applied));
+    CHECK_EQ_U64(read_view(&a, 3, 1, stream2, &chunks), n); /* one record a chunk */
+    a.c.ops->snap_close(a.c.impl, 3);
+    CHECK_EQ_I64(chunks, 1 + 2 + 3 + 1);
     CHECK(memcmp(stream2, want, n) == 0);
     /* An empty machine: HEAD (0, 0) and END (0, 0). */
     struct rep e = {0};
     rep_create(&e, 0);
-    n = read_state(&e, CONS_SNAP_RECORD_MAX, stream1, &applied);
+    n = read_state(&e, SMALL_WANT, stream1, &applied);
     cons_wbuf_init(&w, want, sizeof want);
     w_head(&w, 0, 0);
     w_end(&w, 0, 0);
@@ -614,11 +756,11 @@ TEST(sm_stream_round_trip_into_a_second_store)
     rep_create(&b, 0);
     populate(&a, 200, 400, 1234, 5678);
     populate(&b, 10, 10, 99, 100); /* replaced whole by the install */
-    size_t n1 = read_state(&a, CONS_SNAP_RECORD_MAX, stream1, NULL);
-    int chunks = transfer(&a, &b, CONS_SNAP_RECORD_MAX);
+    size_t n1 = read_state(&a, SMALL_WANT, stream1, NULL);
+    int chunks = transfer(&a, &b, SMALL_WANT);
     CHECK_MSG(chunks > 20, "only %d chunks", chunks);
     uint64_t applied;
-    size_t n2 = read_state(&b, sizeof chunk, stream2, &applied);
+    size_t n2 = read_state(&b, BIG_WANT, stream2, &applied);
     CHECK_EQ_U64(n2, n1);
     CHECK(memcmp(stream1, stream2, n1) == 0);
     CHECK_EQ_U64(applied, 1234);
@@ -633,7 +775,7 @@ TEST(sm_stream_round_trip_into_a_second_store)
     kv_store_close(b.store);
     rep_open(&b, 0);
     CHECK_EQ_U64(b.sm.bytes, a.sm.bytes);
-    CHECK_EQ_U64(read_state(&b, CONS_SNAP_RECORD_MAX, stream2, NULL), n1);
+    CHECK_EQ_U64(read_state(&b, SMALL_WANT, stream2, NULL), n1);
     CHECK(memcmp(stream1, stream2, n1) == 0);
     /* A changed sender, a chunk of 4 KiB: b switches back to set 0. */
     CHECK_OK(kv_write_begin(a.store));
@@ -641,7 +783,7 @@ TEST(sm_stream_round_trip_into_a_second_store)
     set_session(&a, 1, 3, 3, 0);
     CHECK_OK(a.c.ops->mark(a.c.impl, 1300, 5700));
     CHECK_OK(kv_write_commit(a.store));
-    n1 = read_state(&a, CONS_SNAP_RECORD_MAX, stream1, NULL);
+    n1 = read_state(&a, SMALL_WANT, stream1, NULL);
     CHECK(transfer(&a, &b, 4096) > 1);
     CHECK_EQ_U64(read_state(&b, 4096, stream2, NULL), n1);
     CHECK(memcmp(stream1, stream2, n1) == 0);
@@ -665,12 +807,12 @@ TEST(sm_view_stays_consistent_while_writes_commit)
     CHECK_OK(a.c.ops->snap_open(a.c.impl, 5, &applied));
     CHECK_EQ_U64(applied, 70);
     kv_write_abort(a.store);
-    size_t n1 = read_view(&a, 5, sizeof chunk, stream1, NULL);
+    size_t n1 = read_view(&a, 5, BIG_WANT, stream1, NULL);
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, at = 0, len;
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX,
-                                        CONS_SNAP_RECORD_MAX, &len),
+                                        SMALL_WANT, &len),
                      0);
         at += len;
     }
@@ -687,8 +829,9 @@ TEST(sm_view_stays_consistent_while_writes_commit)
     }
     int rc = 0;
     while (rc == 0) {
+        CHECK(at + CONS_SNAP_RECORD_MAX <= sizeof stream2);
         rc = a.c.ops->snap_read(a.c.impl, 5, cur, &clen, stream2 + at, CONS_SNAP_RECORD_MAX,
-                                CONS_SNAP_RECORD_MAX, &len);
+                                SMALL_WANT, &len);
         CHECK_OK(rc);
         at += len;
     }
@@ -698,11 +841,11 @@ TEST(sm_view_stays_consistent_while_writes_commit)
     CHECK(memcmp(stream1, stream2, n1) == 0);
     CHECK_OK(a.c.ops->snap_open(a.c.impl, 6, &applied));
     CHECK_EQ_U64(applied, 139);
-    size_t n3 = read_view(&a, 6, sizeof chunk, stream2, NULL);
+    size_t n3 = read_view(&a, 6, BIG_WANT, stream2, NULL);
     CHECK(n3 != n1 || memcmp(stream1, stream2, n1) != 0);
     /* Reopening slot 5 moves it to now as well. */
     CHECK_OK(a.c.ops->snap_open(a.c.impl, 5, &applied));
-    CHECK_EQ_U64(read_view(&a, 5, sizeof chunk, stream1, NULL), n3);
+    CHECK_EQ_U64(read_view(&a, 5, BIG_WANT, stream1, NULL), n3);
     CHECK(memcmp(stream1, stream2, n3) == 0);
     a.c.ops->snap_close(a.c.impl, 5);
     a.c.ops->snap_close(a.c.impl, 6);
@@ -726,12 +869,13 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, len;
     int n = 0, rc = 0;
-    const size_t cap = CONS_SNAP_RECORD_MAX + 100;
+    const size_t cap = CONS_SNAP_RECORD_MAX + 100, want = SMALL_WANT;
     while (rc == 0) {
         CHECK(n < MAXC);
+        CHECK(off[n] + cap <= sizeof stream1);
         memcpy(at_cur[n], cur, clen);
         at_len[n] = clen;
-        rc = a.c.ops->snap_read(a.c.impl, 7, cur, &clen, stream1 + off[n], cap, cap, &len);
+        rc = a.c.ops->snap_read(a.c.impl, 7, cur, &clen, stream1 + off[n], cap, want, &len);
         CHECK_OK(rc);
         ret[n] = rc;
         memcpy(next_cur[n], cur, clen);
@@ -744,7 +888,7 @@ TEST(sm_snap_read_again_from_a_saved_cursor)
         int i = t < n ? n - 1 - t : (int)rnd((uint32_t)n);
         memcpy(cur, at_cur[i], at_len[i]);
         clen = at_len[i];
-        CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, cap, &len), ret[i]);
+        CHECK_EQ_I64(a.c.ops->snap_read(a.c.impl, 7, cur, &clen, chunk, cap, want, &len), ret[i]);
         CHECK_EQ_U64(len, off[i + 1] - off[i]);
         CHECK(memcmp(chunk, stream1 + off[i], len) == 0);
         CHECK(clen == next_len[i] && memcmp(cur, next_cur[i], clen) == 0);
@@ -794,7 +938,7 @@ static void install_part(struct rep *a, struct rep *b, int stop)
     CHECK_OK(kv_write_commit(b->store));
     for (int i = 0; i < stop; i++) {
         CHECK_EQ_I64(a->c.ops->snap_read(a->c.impl, 1, cur, &clen, chunk, CONS_SNAP_RECORD_MAX,
-                                         CONS_SNAP_RECORD_MAX, &len),
+                                         SMALL_WANT, &len),
                      0);
         CHECK_OK(kv_write_begin(b->store));
         CHECK_OK(b->c.ops->install_chunk(b->c.impl, chunk, len));
@@ -815,14 +959,14 @@ TEST(sm_install_abort_and_close_before_commit_keep_the_old_state)
     rep_create(&b, 0);
     populate(&a, 30, 300, 500, 600);
     populate(&b, 20, 50, 40, 41);
-    size_t nb = read_state(&b, sizeof chunk, stream2, NULL);
+    size_t nb = read_state(&b, BIG_WANT, stream2, NULL);
     install_part(&a, &b, 6);
     b.c.ops->install_abort(b.c.impl);
     CHECK_OK(kv_write_begin(b.store));
     CHECK_ERR(b.c.ops->install_chunk(b.c.impl, chunk, 10), FK_EINVAL);
     CHECK_ERR(b.c.ops->install_commit(b.c.impl), FK_EINVAL);
     kv_write_abort(b.store);
-    CHECK_EQ_U64(read_state(&b, sizeof chunk, stream1, NULL), nb);
+    CHECK_EQ_U64(read_state(&b, BIG_WANT, stream1, NULL), nb);
     CHECK(memcmp(stream1, stream2, nb) == 0);
     /* A write transaction aborted mid-install may have taken staged
      * records with it: the install is over. */
@@ -845,15 +989,15 @@ TEST(sm_install_abort_and_close_before_commit_keep_the_old_state)
     uint64_t applied, clock;
     CHECK_OK(b.c.ops->load(b.c.impl, &applied, &clock, NULL, NULL));
     CHECK(applied == 40 && clock == 41);
-    CHECK_EQ_U64(read_state(&b, sizeof chunk, stream1, NULL), nb);
+    CHECK_EQ_U64(read_state(&b, BIG_WANT, stream1, NULL), nb);
     CHECK(memcmp(stream1, stream2, nb) == 0);
     CHECK_OK(b.c.ops->snap_open(b.c.impl, 4, &applied)); /* a reader of the old state */
-    size_t na = read_state(&a, sizeof chunk, stream1, NULL);
-    transfer(&a, &b, CONS_SNAP_RECORD_MAX);
-    static uint8_t s3[1 << 20];
-    CHECK_EQ_U64(read_state(&b, sizeof chunk, s3, NULL), na);
+    size_t na = read_state(&a, BIG_WANT, stream1, NULL);
+    transfer(&a, &b, SMALL_WANT);
+    static uint8_t s3[STATE_MAX];
+    CHECK_EQ_U64(read_state(&b, BIG_WANT, s3, NULL), na);
     CHECK(memcmp(stream1, s3, na) == 0);
-    CHECK_EQ_U64(read_view(&b, 4, sizeof chunk, s3, NULL), nb);
+    CHECK_EQ_U64(read_view(&b, 4, BIG_WANT, s3, NULL), nb);
     CHECK(memcmp(stream2, s3, nb) == 0);
     b.c.ops->snap_close(b.c.impl, 4);
     rep_destroy(&a);
@@ -865,7 +1009,7 @@ TEST(sm_install_abort_and_close_before_commit_keep_the_old_state)
  * (FK_EINVAL after) and the live state untouched. */
 enum { BAD_CHUNKS = 3 };
 struct bad_stream {
-    uint8_t buf[BAD_CHUNKS][4096];
+    uint8_t buf[BAD_CHUNKS][CONS_SNAP_RECORD_MAX + 64]; /* a chunk holds a pair of any size */
     size_t len[BAD_CHUNKS];
     int n;
 };
@@ -918,9 +1062,13 @@ static void bad_build(int which, struct bad_stream *b)
     case 10: /* a key over CONS_KEY_MAX */
         w_pair(&w[0], big, CONS_KEY_MAX + 1, "v", 1);
         break;
-    case 11: /* a value over CONS_VAL_MAX (its bytes are there) */
-        w_pair(&w[0], "a", 1, (const char *)b->buf[2], CONS_VAL_MAX + 1);
+    case 11: { /* a value over CONS_VAL_MAX (its bytes are there) */
+        char *v = calloc(1, CONS_VAL_MAX + 1);
+        CHECK(v != NULL);
+        w_pair(&w[0], "a", 1, v, CONS_VAL_MAX + 1);
+        free(v);
         break;
+    }
     case 12: /* a session after a pair */
         w_pair(&w[0], "a", 1, "", 0);
         w_session(&w[0], 4, 1, 1, 0);
@@ -984,7 +1132,7 @@ TEST(sm_install_refuses_malformed_streams)
     struct rep b = {0};
     rep_create(&b, 0);
     populate(&b, 5, 20, 3, 4);
-    size_t nb = read_state(&b, sizeof chunk, stream2, NULL);
+    size_t nb = read_state(&b, BIG_WANT, stream2, NULL);
     static struct bad_stream bs;
     for (int which = 0; which <= 22; which++) {
         memset(&bs, 0, sizeof bs);
@@ -1005,7 +1153,7 @@ TEST(sm_install_refuses_malformed_streams)
         CHECK_ERR(b.c.ops->install_chunk(b.c.impl, bs.buf[0], bs.len[0]), FK_EINVAL);
         CHECK_ERR(b.c.ops->install_commit(b.c.impl), FK_EINVAL);
         CHECK_OK(kv_write_commit(b.store));
-        CHECK_EQ_U64(read_state(&b, sizeof chunk, stream1, NULL), nb);
+        CHECK_EQ_U64(read_state(&b, BIG_WANT, stream1, NULL), nb);
         CHECK_MSG(memcmp(stream1, stream2, nb) == 0, "case %d changed the live state", which);
     }
     /* The well-formed stream these cases break installs. */
@@ -1022,7 +1170,7 @@ TEST(sm_install_refuses_malformed_streams)
     CHECK_OK(b.c.ops->install_chunk(b.c.impl, w.p, w.len));
     CHECK_OK(b.c.ops->install_commit(b.c.impl));
     CHECK_OK(kv_write_commit(b.store));
-    CHECK_EQ_U64(read_state(&b, sizeof chunk, stream1, NULL), w.len);
+    CHECK_EQ_U64(read_state(&b, BIG_WANT, stream1, NULL), w.len);
     CHECK(memcmp(stream1, w.p, w.len) == 0);
     CHECK_EQ_U64(b.sm.bytes, 1 + 2 + 1 + 2 * KV_SM_PAIR_BYTES);
     rep_destroy(&b);
@@ -1035,15 +1183,15 @@ TEST(sm_install_refuses_a_stream_over_the_quota)
     struct rep a = {0}, b = {0}, c = {0};
     rep_create(&a, 0);
     rep_create(&b, 3000);
-    rep_create(&c, 3015);
+    rep_create(&c, 3 * KV_1000);
     static uint8_t v[1000];
     CHECK_OK(kv_write_begin(a.store));
     for (uint8_t k = 'a'; k < 'd'; k++)
         put_pair(&a, &k, 1, v, sizeof v);
     CHECK_OK(kv_write_commit(a.store));
-    CHECK_EQ_U64(a.sm.bytes, 3015);
+    CHECK_EQ_U64(a.sm.bytes, 3 * KV_1000);
     populate(&b, 2, 0, 8, 9);
-    size_t nb = read_state(&b, sizeof chunk, stream2, NULL);
+    size_t nb = read_state(&b, BIG_WANT, stream2, NULL);
     uint8_t cur[CONS_SNAP_CURSOR_MAX] = {0};
     size_t clen = 0, len;
     uint64_t applied;
@@ -1055,12 +1203,12 @@ TEST(sm_install_refuses_a_stream_over_the_quota)
     CHECK_ERR(b.c.ops->install_chunk(b.c.impl, chunk, len), FK_EFULL);
     CHECK_ERR(b.c.ops->install_commit(b.c.impl), FK_EINVAL);
     CHECK_OK(kv_write_commit(b.store));
-    CHECK_EQ_U64(read_state(&b, sizeof chunk, stream1, NULL), nb);
+    CHECK_EQ_U64(read_state(&b, BIG_WANT, stream1, NULL), nb);
     CHECK(memcmp(stream1, stream2, nb) == 0);
     CHECK_EQ_U64(b.sm.bytes, 0);
     a.c.ops->snap_close(a.c.impl, 0);
-    transfer(&a, &c, CONS_SNAP_RECORD_MAX);
-    CHECK_EQ_U64(c.sm.bytes, 3015);
+    transfer(&a, &c, SMALL_WANT);
+    CHECK_EQ_U64(c.sm.bytes, 3 * KV_1000);
     rep_destroy(&a);
     rep_destroy(&b);
     rep_destroy(&c);

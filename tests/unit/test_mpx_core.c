@@ -3,6 +3,7 @@
  * a get; malformed input is rejected without changing anything; restore
  * rejects bad records and misuse. */
 #include "check.h"
+#include "cons_wire.h"
 #include "fk_error.h"
 #include "kv.h"
 #include "mpx.h"
@@ -15,7 +16,8 @@ struct group {
     struct mpx *r[N];
     struct kv_mem *kv[N];
     uint64_t now;
-    struct cons_reply last_reply;
+    struct cons_reply last_reply; /* its data: last_data */
+    uint8_t last_data[CONS_REPLY_MAX];
     int replies;
 };
 
@@ -67,7 +69,14 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
     for (uint32_t k = 0; k < nm; k++) {
         if (msgs[k].to.kind == CONS_ADDR_CLIENT) {
             uint32_t hint;
-            CHECK_OK(mpx_decode_reply(msgs[k].buf, msgs[k].len, &g->last_reply, &hint));
+            const uint8_t *data;
+            CHECK_OK(mpx_decode_reply(msgs[k].buf, msgs[k].len, &g->last_reply, &data, &hint));
+            /* The reply's bytes lie in the message: keep a copy. */
+            CHECK(g->last_reply.len <= sizeof g->last_data);
+            if (g->last_reply.len)
+                memcpy(g->last_data, data, g->last_reply.len);
+            g->last_reply.data = g->last_data;
+            g->last_reply.cap = sizeof g->last_data;
             g->replies++;
             continue;
         }
@@ -134,16 +143,9 @@ static void request(struct group *g, int to, uint8_t type, uint64_t req, const c
 {
     static struct cons_op op;
     uint8_t buf[4096];
-    memset(&op, 0, sizeof op);
+    cons_op_init(&op, type, "k", 1, val, val ? (uint32_t)strlen(val) : 0, NULL, 0);
     op.client_id = 5;
     op.req_no = req;
-    op.type = type;
-    op.key_len = 1;
-    op.key[0] = 'k';
-    if (val) {
-        op.val_len = (uint16_t)strlen(val);
-        memcpy(op.val, val, op.val_len);
-    }
     int len = mpx_encode_request(buf, sizeof buf, &op);
     CHECK(len > 0);
     struct cons_input in = {
@@ -189,10 +191,10 @@ TEST(malformed_messages_rejected)
             junk[i] = (uint8_t)(s >> 56);
         }
         if (round % 2) { /* a valid header over a garbage body */
-            uint16_t magic = 0x4b46;
+            uint16_t magic = CONS_WIRE_MAGIC;
             memcpy(junk, &magic, 2);
-            junk[2] = 1;
-            junk[3] = 1;
+            junk[2] = CONS_WIRE_VERSION;
+            junk[3] = CONS_PROTO_MPX;
             uint32_t body = len > 24 ? (uint32_t)(len - 24) : 0;
             memcpy(junk + 12, &body, 4);
         }

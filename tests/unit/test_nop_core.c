@@ -34,7 +34,8 @@ struct group {
     int replies, results;
     struct nop_view last_view;
     uint64_t last_slot;
-    struct cons_reply result;
+    struct cons_reply result; /* its data: result_data */
+    uint8_t result_data[NOP_RESULT_MAX];
     struct nop_quorum q; /* the client's f+1 rule over every reply (when reset) */
     int completed;
     uint32_t down;           /* replicas that receive nothing */
@@ -77,10 +78,11 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
     }
     for (uint32_t k = 0; k < nm; k++) {
         if (msgs[k].to.kind == CONS_ADDR_CLIENT) {
-            static struct cons_reply rep;
+            struct cons_reply rep;
+            const uint8_t *data;
             int has;
             CHECK_OK(nop_decode_reply(msgs[k].buf, msgs[k].len, &g->last_view, &g->last_slot, &has,
-                                      &rep));
+                                      &rep, &data));
             g->replies++;
             const struct cons_reply *done;
             int rc = g->q.n ? nop_quorum_add(&g->q, from, msgs[k].buf, msgs[k].len, &done) : 0;
@@ -93,9 +95,14 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
                 g->completed++;
                 CHECK_EQ_U64(done->req_no, g->q.req_no);
             }
-            if (has) {
+            if (has) { /* kept: its bytes lie in the message */
                 g->results++;
+                CHECK(rep.len <= sizeof g->result_data);
                 g->result = rep;
+                g->result.data = g->result_data;
+                g->result.cap = sizeof g->result_data;
+                if (rep.len)
+                    memcpy(g->result_data, data, rep.len);
             }
             continue;
         }
@@ -223,14 +230,9 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
 static struct cons_op put(uint64_t req, const char *val)
 {
     struct cons_op op;
-    memset(&op, 0, sizeof op);
+    cons_op_init(&op, CONS_OP_PUT, "k", 1, val, (uint32_t)strlen(val), NULL, 0);
     op.client_id = 5;
     op.req_no = req;
-    op.type = CONS_OP_PUT;
-    op.key_len = 1;
-    op.key[0] = 'k';
-    op.val_len = (uint16_t)strlen(val);
-    memcpy(op.val, val, op.val_len);
     return op;
 }
 
@@ -595,10 +597,10 @@ TEST(malformed_and_misuse)
             junk[i] = (uint8_t)(s >> 56);
         }
         if (round % 2) {
-            uint16_t magic = 0x4b46;
+            uint16_t magic = CONS_WIRE_MAGIC;
             memcpy(junk, &magic, 2);
-            junk[2] = 1;
-            junk[3] = 2;
+            junk[2] = CONS_WIRE_VERSION;
+            junk[3] = CONS_PROTO_NOP;
             uint32_t body = len > 24 ? (uint32_t)(len - 24) : 0;
             memcpy(junk + 12, &body, 4);
         }

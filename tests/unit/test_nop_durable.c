@@ -53,7 +53,8 @@ struct group {
     uint16_t pad;     /* values padded with '.' to this many bytes */
     uint32_t log_cap; /* 0: 64 */
     struct nop_quorum quorum;
-    struct cons_reply result;
+    struct cons_reply result; /* a copy of the quorum's, in result_data */
+    uint8_t result_data[NOP_RESULT_MAX];
 };
 
 static void rec_set(struct rec *d, const uint8_t *buf, uint32_t len, uint64_t index, uint8_t kind)
@@ -166,7 +167,7 @@ static void deliver_one(struct group *g)
         g->client_msgs++;
         if (!g->done && nop_quorum_add(&g->quorum, m.from, m.buf, m.len, &res) == 1) {
             g->done = 1;
-            g->result = *res;
+            cons_reply_copy(&g->result, res);
         }
     } else if (!(g->down >> m.to.id & 1)) {
         struct cons_input in = {
@@ -268,6 +269,8 @@ static void stop(struct group *g)
 static void start(struct group *g, uint32_t log_cap)
 {
     memset(g, 0, sizeof *g);
+    g->result.data = g->result_data;
+    g->result.cap = sizeof g->result_data;
     g->log_cap = log_cap;
     g->auto_flush = 1;
     for (uint32_t i = 0; i < N; i++)
@@ -281,20 +284,18 @@ static void send_op(struct group *g, uint8_t type, uint32_t key, uint64_t val)
 {
     struct cons_op op;
     uint8_t buf[4096];
-    memset(&op, 0, sizeof op);
+    char k[2] = {'k', (char)('a' + key)}, v[NOP_OP_MAX];
+    uint32_t vlen = 0;
+    if (type == CONS_OP_PUT)
+        vlen = (uint32_t)snprintf(v, sizeof v, "v%llu", (unsigned long long)val);
+    if (type == CONS_OP_PUT && g->pad > vlen) {
+        CHECK(g->pad + sizeof k <= NOP_OP_MAX);
+        memset(v + vlen, '.', g->pad - vlen);
+        vlen = g->pad;
+    }
+    cons_op_init(&op, type, k, sizeof k, v, vlen, NULL, 0);
     op.client_id = CLIENT;
     op.req_no = ++g->req_no;
-    op.type = type;
-    op.key_len = 2;
-    op.key[0] = 'k';
-    op.key[1] = (uint8_t)('a' + key);
-    if (type == CONS_OP_PUT)
-        op.val_len =
-            (uint16_t)snprintf((char *)op.val, sizeof op.val, "v%llu", (unsigned long long)val);
-    if (type == CONS_OP_PUT && g->pad > op.val_len) {
-        memset(op.val + op.val_len, '.', g->pad - op.val_len);
-        op.val_len = g->pad;
-    }
     nop_quorum_reset(&g->quorum, N, CLIENT, op.req_no);
     g->done = 0;
     uint64_t num = ++g->msgnum;
@@ -327,7 +328,7 @@ static const struct cons_reply *run_op(struct group *g, uint8_t type, uint32_t k
 static void check_value(struct group *g, uint32_t key, uint64_t val)
 {
     const struct cons_reply *rep = run_op(g, CONS_OP_GET, key, 0);
-    char want[CONS_VAL_MAX];
+    char want[NOP_OP_MAX];
     int n = snprintf(want, sizeof want, "v%llu", (unsigned long long)val);
     if (g->pad > n) {
         memset(want + n, '.', (size_t)(g->pad - n));

@@ -187,15 +187,11 @@ static void put(struct group *g, uint64_t req)
 {
     struct cons_op op;
     uint8_t buf[4096];
-    memset(&op, 0, sizeof op);
+    char k[2] = {'k', (char)('a' + req % 3)}, v[24];
+    int vlen = snprintf(v, sizeof v, "v%llu", (unsigned long long)req);
+    cons_op_init(&op, CONS_OP_PUT, k, sizeof k, v, (uint32_t)vlen, NULL, 0);
     op.client_id = 5;
     op.req_no = req;
-    op.type = CONS_OP_PUT;
-    op.key_len = 2;
-    op.key[0] = 'k';
-    op.key[1] = (uint8_t)('a' + req % 3);
-    op.val_len =
-        (uint16_t)snprintf((char *)op.val, sizeof op.val, "v%llu", (unsigned long long)req);
     uint64_t num = ++g->msgnum;
     int len = nop_encode_oum_request(buf, sizeof buf, g->session, num, &op);
     CHECK(len > 0);

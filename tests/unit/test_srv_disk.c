@@ -66,7 +66,8 @@ struct group {
     uint64_t req_no, req_other; /* per client (CLIENT, CLIENT + 1), from 1 */
     uint32_t target;            /* Multi-Paxos: the replica believed to lead */
     int got;
-    struct cons_reply reply;
+    struct cons_reply reply; /* its data: reply_data */
+    uint8_t reply_data[CONS_REPLY_MAX];
     struct nop_quorum quorum;
     uint32_t session;
     uint64_t msgnum;
@@ -270,21 +271,29 @@ static void client_reply(struct group *g, uint32_t from, const uint8_t *buf, uin
         int rc = nop_quorum_add(&g->quorum, from, buf, len, &res);
         CHECK_OK(rc);
         if (rc == 1 && !g->got) {
-            g->reply = *res;
+            cons_reply_copy(&g->reply, res);
             g->got = 1;
         }
         return;
     }
-    static struct cons_reply rep;
+    struct cons_reply rep;
+    const uint8_t *data;
     uint32_t hint;
-    CHECK_OK(mpx_decode_reply(buf, len, &rep, &hint));
+    CHECK_OK(mpx_decode_reply(buf, len, &rep, &data, &hint));
     if (rep.client_id != g->client || rep.req_no != g->cur_req)
         return;
     if (rep.status == FK_ENOTLEADER) {
         g->target = hint < N && hint != g->target ? hint : (g->target + 1) % N;
         return;
     }
-    g->reply = rep;
+    /* Kept: its bytes lie in the message. */
+    CHECK(rep.len <= g->reply.cap);
+    g->reply.client_id = rep.client_id;
+    g->reply.req_no = rep.req_no;
+    g->reply.status = rep.status;
+    g->reply.len = rep.len;
+    if (rep.len)
+        memcpy(g->reply.data, data, rep.len);
     g->got = 1;
 }
 
@@ -508,6 +517,8 @@ static void rounds(struct group *g, int n)
 static void group_init(struct group *g, int nop)
 {
     memset(g, 0, sizeof *g);
+    g->reply.data = g->reply_data;
+    g->reply.cap = sizeof g->reply_data;
     g->nop = nop;
     g->client = CLIENT;
     snprintf(g->root, sizeof g->root, "/tmp/fkdiskXXXXXX");
@@ -590,19 +601,19 @@ static int op_run(struct group *g, struct cons_op *op, int max, int retry)
     return FK_ETIMEDOUT;
 }
 
-static void key_of(struct cons_op *op, int key)
+/* op := a `type` op on key number `key` with val (NULL: none); op_run
+ * sets its client and request number. */
+static void key_op(struct cons_op *op, uint8_t type, int key, const char *val)
 {
-    op->key_len = (uint16_t)snprintf((char *)op->key, CONS_KEY_MAX, "key%02d", key);
+    char k[16];
+    int kl = snprintf(k, sizeof k, "key%02d", key);
+    cons_op_init(op, type, k, (uint32_t)kl, val, val ? (uint32_t)strlen(val) : 0, NULL, 0);
 }
 
 static int put(struct group *g, int key, const char *val, int max)
 {
     static struct cons_op op;
-    memset(&op, 0, sizeof op);
-    op.type = CONS_OP_PUT;
-    key_of(&op, key);
-    op.val_len = (uint16_t)strlen(val);
-    memcpy(op.val, val, op.val_len);
+    key_op(&op, CONS_OP_PUT, key, val);
     int rc = op_run(g, &op, max, 0);
     if (rc == 0 && key < KEYS)
         snprintf(g->model[key], sizeof g->model[key], "%s", val);
@@ -624,9 +635,7 @@ static void check_reads(struct group *g)
 {
     static struct cons_op op;
     for (int key = 0; key < KEYS; key++) {
-        memset(&op, 0, sizeof op);
-        op.type = CONS_OP_GET;
-        key_of(&op, key);
+        key_op(&op, CONS_OP_GET, key, NULL);
         int rc = op_run(g, &op, 400, 0);
         if (g->model[key][0] == '\0') {
             CHECK_ERR(rc, FK_ENOTFOUND);
@@ -715,11 +724,7 @@ TEST(mpx_whole_group_restarts_from_disk)
     /* One more put in flight when everything dies: it may or may not
      * survive, but it must not break what was acknowledged. */
     static struct cons_op op;
-    memset(&op, 0, sizeof op);
-    op.type = CONS_OP_PUT;
-    key_of(&op, KEYS + 1);
-    op.val_len = 2;
-    memcpy(op.val, "xx", 2);
+    key_op(&op, CONS_OP_PUT, KEYS + 1, "xx");
     CHECK_ERR(op_run(&g, &op, 1, 0), FK_ETIMEDOUT);
     for (uint32_t i = 0; i < N; i++)
         kill_rep(&g, i);
@@ -746,9 +751,7 @@ TEST(mpx_restart_keeps_the_state_at_its_mark)
     static struct cons_op get;
     start_fresh(&g, 0);
     leader(&g);
-    memset(&get, 0, sizeof get);
-    get.type = CONS_OP_GET;
-    key_of(&get, 0);
+    key_op(&get, CONS_OP_GET, 0, NULL);
     g.client = CLIENT + 1;
     CHECK_ERR(op_run(&g, &get, 400, 0), FK_ENOTFOUND);
     g.client = CLIENT;
@@ -813,11 +816,7 @@ TEST(mpx_full_map_stops_replica_and_loses_nothing_acknowledged)
     CHECK_MSG(g.r[1].disk_failed && g.r[2].disk_failed, "maps never filled (%d puts)", acked);
     CHECK(acked > 5);
     static struct cons_op op;
-    memset(&op, 0, sizeof op);
-    op.type = CONS_OP_PUT;
-    key_of(&op, 0);
-    op.val_len = 4;
-    memcpy(op.val, "last", 4);
+    key_op(&op, CONS_OP_PUT, 0, "last");
     CHECK_ERR(op_run(&g, &op, 200, 0), FK_ETIMEDOUT); /* no quorum can make it durable */
     for (uint32_t i = 1; i < N; i++) {
         g.r[i].map_size = 64ull << 20;
@@ -830,9 +829,7 @@ TEST(mpx_full_map_stops_replica_and_loses_nothing_acknowledged)
     /* Every acknowledged big value too. */
     for (int k = 0; k < acked; k++) {
         static struct cons_op get;
-        memset(&get, 0, sizeof get);
-        get.type = CONS_OP_GET;
-        key_of(&get, KEYS + 2 + k);
+        key_op(&get, CONS_OP_GET, KEYS + 2 + k, NULL);
         CHECK_OK(op_run(&g, &get, 400, 0));
         CHECK_EQ_U64(g.reply.len, 1000);
         CHECK_EQ_I64(g.reply.data[0], 'a' + k % 26);
