@@ -354,8 +354,8 @@ static int mode_quota(const char *conf, const char *what)
         unsigned long long n = 0, m = 0;
         const char *d = flowkv_error_detail(kv);
         EXPECT(rc == FK_EQUOTA, "after %d puts: %s", i, fk_strerror(rc));
-        EXPECT(sscanf(d, "%llu of %llu bytes", &n, &m) == 2 && n > m && m > 0,
-               "quota detail '%s'", d); /* the CLI's check names M (test_cluster.sh) */
+        EXPECT(sscanf(d, "%llu of %llu bytes", &n, &m) == 2 && n > m && m > 0, "quota detail '%s'",
+               d); /* the CLI's check names M (test_cluster.sh) */
     } else {
         EXPECT(rc == FK_ENOTFOUND && i > 0, "deleted %d keys: %s", i, fk_strerror(rc));
         rc = flowkv_put(kv, "q-again", 7, val, sizeof val);

@@ -20,6 +20,8 @@
 #
 # Members run Debian's etcd (etcd-server, /usr/bin/etcd; ETCD overrides) with
 # its defaults: every write is fsynced to the WAL before it is acknowledged.
+# ETCD_QUOTA_BYTES, when set, raises its backend quota (default 2 GiB; etcd
+# suggests at most 8 GiB): a million YCSB default records need more.
 # Waits are bounded: HEALTH_WAIT_S for health, STOP_WAIT_S for exits.
 set -u
 
@@ -126,6 +128,7 @@ start_once() {
             --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
             --initial-cluster "$cluster" --initial-cluster-state new \
             --initial-cluster-token "$token" \
+            ${ETCD_QUOTA_BYTES:+--quota-backend-bytes "$ETCD_QUOTA_BYTES"} \
             --logger zap --log-outputs stderr </dev/null >"$dir/m$i.log" 2>&1 &
         echo "$! m$i" >>"$dir/pids"
     done
