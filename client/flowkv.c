@@ -69,6 +69,7 @@ struct replica {
     flow_source *req;
     struct flow_msg_tx tx;
     uint64_t retry_at;
+    uint64_t full_until; /* its request ring was full: sends wait for the resend */
     int status_seen;
     struct fkc_status status;
 };
@@ -346,22 +347,37 @@ uint32_t flowkv_inflight(const flowkv *kv)
 /* ---- sending ------------------------------------------------------------------ */
 
 /* Multi-Paxos: to the believed leader's kv.req flow, moving on to the next
- * replica after two unanswered tries. */
+ * replica after two unanswered tries. A request ring that stays full for
+ * PUSH_NS (a leader stalled on its disk's writeback, or requests of large
+ * values: a pipeline of 64 YCSB default records is 200 fragments) is
+ * waited out: the request goes again at its resend, and the requests
+ * behind it in this burst wait for theirs instead of each blocking for
+ * PUSH_NS. Taking a full ring for a departed replica sent the whole
+ * pipeline to followers and back (a million-record load of default
+ * records crawled at a few hundred operations a second). */
 static void send_mpx(flowkv *kv, struct slot *s)
 {
     if (s->tries > 0 && s->tries % 2 == 0)
         kv->leader = (kv->leader + 1) % kv->n;
+    uint64_t now = fk_now_ns();
     for (uint32_t k = 0; k < kv->n; k++) {
         uint32_t i = (kv->leader + k) % kv->n;
         struct replica *r = &kv->r[i];
         if (r->req == NULL)
             continue;
+        if (r->full_until > now)
+            return;
         kv->tuple[0] = FKC_OP;
         int len = mpx_encode_request(kv->tuple + 1, MPX_REQ_MAX, &s->op);
         if (len < 0)
             return;
-        if (flow_msg_send(&r->tx, 0, s->client_id, r->idx, kv->tuple, (size_t)len + 1) == 0) {
+        int rc = flow_msg_send(&r->tx, 0, s->client_id, r->idx, kv->tuple, (size_t)len + 1);
+        if (rc == 0) {
             kv->leader = i;
+            return;
+        }
+        if (rc == FK_ETIMEDOUT) {
+            r->full_until = now + RESEND_NS / 2;
             return;
         }
         leave(r); /* the replica went away: join it again later */
