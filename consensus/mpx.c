@@ -530,7 +530,6 @@ int mpx_restore_entry(struct mpx *r, const uint8_t *buf, size_t len)
         return rc; /* more big ops than the log holds: not a log this config wrote */
     s->index = index;
     s->ballot = ballot;
-    s->nops = nops;
     s->chosen = 0;
     s->acks = 0;
     if (r->last < index)

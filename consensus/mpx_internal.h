@@ -35,10 +35,12 @@ enum mpx_type {
 
 /* Bytes of one encoded entry (mpx__put_entry): the leader adds ops to an
  * entry while it stays within this, and one op always fits. */
-#define MPX_ENTRY_MAX (17 + CONS_WIRE_OP_MAX)
+#define MPX_ENTRY_HDR 17 /* u64 index, u64 ballot, u8 nops */
+#define MPX_ENTRY_MAX (MPX_ENTRY_HDR + CONS_WIRE_OP_MAX)
 /* Bytes of an encoded entry of batch_max ops whose bytes are inline: what
  * every slot may hold outside the big-op budget. */
-#define MPX_ENTRY_INLINE(batch_max) (17 + (size_t)(batch_max) * (32 + CONS_OP_INLINE))
+#define MPX_ENTRY_INLINE(batch_max)                                                                \
+    (MPX_ENTRY_HDR + (size_t)(batch_max) * (sizeof(struct cons_wire_op) + CONS_OP_INLINE))
 /* Entries in one ACCEPT/CATCHUP/PROMISE message: a bound on message size. */
 #define MPX_MSG_ENTRIES 16
 /* Indexes in one ACCEPTED message. */
@@ -226,6 +228,11 @@ int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s);
 int mpx__slot_store(struct mpx *r, struct mpx_slot *s, const struct cons_op *ops, uint8_t nops);
 /* Empties slot s, giving its big ops' room back. */
 void mpx__slot_clear(struct mpx *r, struct mpx_slot *s);
+/* Encoded bytes of one op in an entry. */
+static inline size_t mpx__op_bytes(const struct cons_op *op)
+{
+    return sizeof(struct cons_wire_op) + cons_op_nbytes(op);
+}
 /* Encoded bytes of slot s's entry. */
 size_t mpx__entry_bytes(const struct mpx_slot *s);
 void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ballot);

@@ -19,7 +19,7 @@ static int check_entries(struct cons_rbuf *r, uint32_t n, uint32_t max_batch)
         uint8_t nops = cons_r_u8(r);
         if (r->err || index == 0 || nops == 0 || nops > max_batch)
             return FK_EMALFORMED;
-        size_t bytes = 17;
+        size_t bytes = MPX_ENTRY_HDR;
         for (uint8_t k = 0; k < nops; k++) {
             int ob = cons_wire_skip_op(r);
             if (ob < 0)

@@ -134,9 +134,9 @@ void mpx__entry_peek(const struct cons_rbuf *rd, uint64_t *index, uint64_t *ball
 
 size_t mpx__entry_bytes(const struct mpx_slot *s)
 {
-    size_t n = 17;
+    size_t n = MPX_ENTRY_HDR;
     for (uint8_t k = 0; k < s->nops; k++)
-        n += sizeof(struct cons_wire_op) + cons_op_nbytes(&s->ops[k]);
+        n += mpx__op_bytes(&s->ops[k]);
     return n;
 }
 
@@ -184,7 +184,6 @@ int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
         return rc;
     s->index = index;
     s->ballot = ballot;
-    s->nops = nops;
     s->acks = 0;
     s->chosen = 0;
     if (r->last < index)
@@ -434,16 +433,16 @@ static void propose(struct mpx *r)
          * big ones while the log holds at most big_bytes of them: room a
          * follower (twice as much) and a PROMISE have. */
         uint8_t n = 0;
-        size_t bytes = 17, big = 0;
+        size_t bytes = MPX_ENTRY_HDR, big = 0;
         while (n < r->pend_n && n < r->cfg.batch_max) {
             const struct cons_op *op = &r->pending[(r->pend_head + n) % r->cfg.pending_max];
             size_t ob = cons_op_nbytes(op);
             size_t b = ob > CONS_OP_INLINE ? ob : 0;
-            if (n > 0 && bytes + sizeof(struct cons_wire_op) + ob > MPX_ENTRY_MAX)
+            if (n > 0 && bytes + mpx__op_bytes(op) > MPX_ENTRY_MAX)
                 break;
             if (b > 0 && r->log_big.held + big + b > r->pend_bigs.max)
                 break;
-            bytes += sizeof(struct cons_wire_op) + ob;
+            bytes += mpx__op_bytes(op);
             big += b;
             n++;
         }
