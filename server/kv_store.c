@@ -259,7 +259,7 @@ int kv_store_open(const struct kv_store_opts *opts, struct kv_store **out)
      * replica wrote about 1 GB/s to disk for a few MB/s of data, dirty
      * pages reached the kernel's limit, the replica threads were throttled
      * in their page faults, and the load ran at 3.2k ops/s with leader
-     * changes; with it, 15.4k ops/s and none (README, "Performance"). */
+     * changes; with it, 15.4k ops/s and none (README, "Status"). */
     unsigned flags = MDB_NOTLS | MDB_NORDAHEAD;
     if (opts->durability == FK_DURABLE_ASYNC)
         flags |= MDB_NOSYNC | MDB_WRITEMAP; /* the boot mark above */
