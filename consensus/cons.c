@@ -103,7 +103,6 @@ int cons_ctab_init(struct cons_ctab *t, uint32_t cap)
     t->slots = slots;
     t->cap = cap;
     t->head = t->tail = CONS_CTAB_NIL;
-    t->write_through = 1;
     return 0;
 }
 
@@ -262,6 +261,39 @@ int cons_ctab_put(struct cons_ctab *t, uint64_t client_id, uint64_t req_no, int3
     return evicted;
 }
 
+int cons_ctab_get(const struct cons_ctab *t, uint64_t client_id, struct cons_session *out)
+{
+    uint32_t i = ctab_slot(t->keys, t->slots, client_id);
+    out->client_id = client_id;
+    if (t->keys[i].client_id == 0) {
+        out->req_no = out->stamp = 0;
+        out->status = 0;
+        return 0;
+    }
+    out->req_no = t->rows[i].req_no;
+    out->status = t->rows[i].status;
+    out->stamp = t->keys[i].used;
+    return 1;
+}
+
+int cons_ctab_victim(const struct cons_ctab *t, struct cons_session *out)
+{
+    memset(out, 0, sizeof *out);
+    if (t->used < t->cap || t->head == CONS_CTAB_NIL)
+        return 0;
+    return cons_ctab_get(t, t->keys[t->head].client_id, out);
+}
+
+int cons_ctab_del(struct cons_ctab *t, uint64_t client_id)
+{
+    uint32_t i = ctab_slot(t->keys, t->slots, client_id);
+    if (t->keys[i].client_id == 0)
+        return 0;
+    ctab_remove(t, i);
+    t->used--;
+    return 1;
+}
+
 /* Layout: cons.h, cons_ctab_save. */
 int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *len)
 {
@@ -405,8 +437,6 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
  * row and, if one went, the evicted client's deletion. */
 static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t client_id)
 {
-    if (!t->write_through)
-        return 0;
     uint32_t i = ctab_slot(t->keys, t->slots, client_id);
     assert(t->keys[i].client_id == client_id);
     struct cons_session s = {.client_id = client_id,
@@ -563,6 +593,12 @@ int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len)
     if (rc < 0)
         sm->ops->install_abort(sm->impl);
     return rc;
+}
+
+int cons_sm_empty(struct cons_sm *sm)
+{
+    static const uint8_t empty_state[34] = {CONS_SNAP_HEAD, [17] = CONS_SNAP_END};
+    return cons_sm_restore(sm, empty_state, sizeof empty_state);
 }
 
 void cons_outbox_reset(struct cons_outbox *ob)

@@ -256,6 +256,7 @@ _Static_assert(CONS_SNAP_CURSOR_MAX >= 1 + 2 + CONS_KEY_MAX, "a cursor holds a k
 _Static_assert(CONS_SNAP_OPEN_MAX > CONS_REPLICAS_MAX, "a view per peer and one for the core");
 
 typedef int (*cons_session_fn)(void *arg, const struct cons_session *s);
+typedef int (*cons_stash_fn)(void *arg, uint64_t key, const uint8_t *buf, size_t len);
 
 struct cons_sm_ops {
     /* Applies op (never NOOP) and fills reply->status, len, data. Returns 0,
@@ -299,6 +300,18 @@ struct cons_sm_ops {
     int (*install_chunk)(void *impl, const uint8_t *buf, size_t len);
     int (*install_commit)(void *impl);
     void (*install_abort)(void *impl);
+
+    /* The core's stash: records it keeps with the state, written in the
+     * same transaction as the machine's changes and never part of the
+     * stream (a NOPaxos leader's undo records for what it executed past
+     * its commit point, so that a restart can roll its machine back to
+     * the committed prefix, nop_undo.c). put replaces record `key`; drop
+     * removes the records with keys in [lo, hi]; load visits them in key
+     * order (a nonzero return of fn stops and is returned). An install
+     * leaves the stash alone. Errors as apply. */
+    int (*stash_put)(void *impl, uint64_t key, const uint8_t *buf, size_t len);
+    int (*stash_drop)(void *impl, uint64_t lo, uint64_t hi);
+    int (*stash_load)(void *impl, cons_stash_fn fn, void *arg);
 
     /* TRANSITIONAL (removed once both cores use the stream): the whole
      * pairs as one buffer, u32 count then u16 klen, key, u16 vlen, value. */
@@ -445,11 +458,6 @@ struct cons_ctab {
     uint64_t ops;          /* client operations applied: the clock of the stamps (replicated) */
     uint64_t evicted;      /* rows evicted by this replica (a local statistic, not saved) */
     uint64_t last_evicted; /* the client whose row the last put evicted (0: none) */
-    /* 1 (cons_ctab_init's default): cons_apply_once and cons_log_read
-     * keep the machine's copy of the rows (cons_sm_ops.session). 0: a core
-     * that still carries the table in its own checkpoint (NOPaxos, until it
-     * streams) skips that write, an LMDB put per operation it does not use. */
-    uint8_t write_through;
     struct cons_ctab_key *keys;
     struct cons_ctab_key *scratch; /* load builds the new key array here first */
     struct cons_ctab_row *rows;
@@ -472,6 +480,13 @@ struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id);
  * fails. */
 int cons_ctab_put(struct cons_ctab *t, uint64_t client_id, uint64_t req_no, int32_t status,
                   uint64_t used);
+/* For undoing applies (a NOPaxos leader's speculative ones, nop.h): the
+ * client's row as a session (stamp included; 1), or req_no 0 when it has
+ * none (0); the row a new client would evict now (1), none while the
+ * table has room (0); and deleting a row (1 if it was there). */
+int cons_ctab_get(const struct cons_ctab *t, uint64_t client_id, struct cons_session *out);
+int cons_ctab_victim(const struct cons_ctab *t, struct cons_session *out);
+int cons_ctab_del(struct cons_ctab *t, uint64_t client_id);
 /* Serialises the table (u64 ops, u32 count, then each row: u64 stamp, u64
  * client id, u64 request number, i32 status) into buf; FK_ETOOBIG when cap
  * is too small. At most CONS_CTAB_SAVE_MAX(cap) bytes. */
@@ -521,12 +536,14 @@ int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op 
 int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied);
 
 /* The whole stream of the machine's state in one buffer (view slot
- * CONS_SNAP_OPEN_MAX - 1), and its install: for a core that still moves
- * the state as one message (NOPaxos, until it streams). FK_ETOOBIG when
- * cap cannot hold it. */
+ * CONS_SNAP_OPEN_MAX - 1), and its install: the simulator's disk images
+ * of its small machines, and tests. FK_ETOOBIG when cap cannot hold it. */
 #define CONS_SM_SAVE_SLOT (CONS_SNAP_OPEN_MAX - 1)
 int cons_sm_save(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
 int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len);
+/* Empties the machine (pairs, rows, mark 0) through an install of the
+ * empty stream, so that its byte count stays right. 0 or a storage error. */
+int cons_sm_empty(struct cons_sm *sm);
 /* Bytes of a stream holding `sessions` rows and pairs of `pair_bytes` key
  * and value bytes in all, `pairs` of them. */
 #define CONS_SNAP_BYTES(sessions, pairs, pair_bytes)                                               \

@@ -118,7 +118,6 @@ static void mpx_core_invariants(const void *core)
 const struct cons_core_ops mpx_core_ops = {
     .proto = CONS_PROTO_MPX,
     .name = "multipaxos",
-    .sm_durable = 1,
     .create = mpx_core_create,
     .destroy = mpx_core_destroy,
     .restore_meta = mpx_core_meta,
@@ -136,17 +135,19 @@ const struct cons_core_ops mpx_core_ops = {
 
 static void *nop_core_create(const struct cons_core_config *cfg, struct cons_sm sm, int *err)
 {
-    struct nop_config c = {.n = cfg->n,
-                           .id = cfg->id,
-                           .log_cap = cfg->log_cap,
-                           .clients_max = cfg->clients_max,
-                           .snapshot_max = cfg->snapshot_max,
-                           .arena_bytes = cfg->arena_bytes,
-                           .heartbeat_ns = cfg->heartbeat_ns,
-                           .election_ns = cfg->election_ns,
-                           .seed = cfg->seed,
-                           .durable = cfg->durable,
-                           .bugs = cfg->bugs};
+    struct nop_config c = {
+        .n = cfg->n,
+        .id = cfg->id,
+        .log_cap = cfg->log_cap,
+        .clients_max = cfg->clients_max,
+        .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
+        .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
+        .arena_bytes = cfg->arena_bytes,
+        .heartbeat_ns = cfg->heartbeat_ns,
+        .election_ns = cfg->election_ns,
+        .seed = cfg->seed,
+        .durable = cfg->durable,
+        .bugs = cfg->bugs};
     return nop_create(&c, sm, err);
 }
 
@@ -195,7 +196,8 @@ static void nop_core_status(const void *core, struct cons_core_status *st)
                                     .applied = ns.executed,
                                     .last = ns.log_len,
                                     .dropped = ns.held_dropped,
-                                    .stalls = ns.stalls};
+                                    .stalls = ns.stalls,
+                                    .xfer = ns.xfer};
     st->leader = ns.leader;
     for (int i = 0; i < 3; i++)
         st->syncs[i] = ns.syncs[i];
@@ -219,7 +221,6 @@ static void nop_core_invariants(const void *core)
 const struct cons_core_ops nop_core_ops = {
     .proto = CONS_PROTO_NOP,
     .name = "nopaxos",
-    .sm_durable = 0,
     .create = nop_core_create,
     .destroy = nop_core_destroy,
     .restore_meta = nop_core_meta,

@@ -47,7 +47,6 @@ struct cons_core_config {
     uint32_t n, id;       /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
     uint32_t log_cap;     /* in-memory log entries (mpx.h, nop.h: their ranges) */
     uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
-    size_t snapshot_max;  /* NOPaxos: bytes of a state machine snapshot (one message) */
     uint32_t xfer_chunk;  /* Multi-Paxos: state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
     uint32_t xfer_window; /* Multi-Paxos: chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
     size_t history_bytes; /* Multi-Paxos: compacted entries kept; 0 = CONS_HISTORY_DEFAULT */
@@ -89,11 +88,6 @@ struct cons_core_status {
 struct cons_core_ops {
     enum cons_proto proto;
     const char *name; /* "multipaxos", "nopaxos" */
-    /* 1: the core keeps its state in the state machine (cons.h: pairs,
-     * rows and mark), so a restart hands it the machine as the disk holds
-     * it; 0: it rebuilds the machine from its own records and wants it
-     * empty at create (NOPaxos, until it streams too). */
-    int sm_durable;
     /* Creates a replica applying to sm (borrowed for its lifetime); NULL
      * with *err = FK_EINVAL (bad config) or FK_ENOMEM. */
     void *(*create)(const struct cons_core_config *cfg, struct cons_sm sm, int *err);

@@ -18,8 +18,10 @@
 
 #include <stdint.h>
 
-#define CONS_WIRE_MAGIC   0x4b46u /* "FK" */
-#define CONS_WIRE_VERSION 2       /* 2: ops carry u32 value lengths (values up to 1 MiB) */
+#define CONS_WIRE_MAGIC 0x4b46u /* "FK" */
+#define CONS_WIRE_VERSION                                                                          \
+    3 /* 2: ops carry u32 value lengths (values up to 1 MiB); 3: NOPaxos moves state by NOP_XFER   \
+       */
 
 enum cons_proto { CONS_PROTO_MPX = 1, CONS_PROTO_NOP = 2 };
 

@@ -30,6 +30,14 @@ static void send_close(struct cons_xfer *x, uint32_t p)
     x->send[p].open = 0;
 }
 
+void cons_xfer_close_above(struct cons_xfer *x, uint64_t index)
+{
+    for (uint32_t p = 0; p < x->cfg.n; p++) {
+        if (x->send[p].open && x->send[p].index > index)
+            send_close(x, p);
+    }
+}
+
 void cons_xfer_close(struct cons_xfer *x)
 {
     for (uint32_t p = 0; p < x->cfg.n; p++)
@@ -62,6 +70,7 @@ static int restart(struct cons_xfer *x, uint32_t from, uint64_t now)
     x->next_nonce += 2;
     x->index = 0;
     x->next = 0;
+    x->gap = 0;
     x->progress_ns = now;
     ask(x, 1, now);
     return 0;
@@ -120,9 +129,14 @@ static int on_chunk(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uin
         return 0;
     if (seq != x->next) {
         /* A gap (a chunk lost or overtaken): ask again from `next`, at most
-         * once per retry period. A duplicate of an installed chunk: drop. */
-        if (seq > x->next && now - x->asked_ns >= x->cfg.retry_ns / 4)
-            ask(x, 1, now);
+         * once per retry period, and at once when `next` arrives (a chunk
+         * that overtook it was dropped here). A duplicate of an installed
+         * chunk: drop. */
+        if (seq > x->next) {
+            x->gap = 1;
+            if (now - x->asked_ns >= x->cfg.retry_ns / 4)
+                ask(x, 1, now);
+        }
         return 0;
     }
     if (seq == 0 && idx < x->min_index)
@@ -143,7 +157,8 @@ static int on_chunk(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uin
     x->stats.chunks_in++;
     x->stats.bytes_in += len;
     if (!last) {
-        ask(x, 0, now); /* the acknowledgement that opens the window */
+        ask(x, x->gap, now); /* the acknowledgement that opens the window */
+        x->gap = 0;
         return 0;
     }
     rc = x->sm.ops->install_commit(x->sm.impl);
@@ -223,7 +238,8 @@ static int send_chunk(struct cons_xfer *x, uint32_t to, uint32_t seq)
     return 0;
 }
 
-static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, int serve, uint64_t now)
+static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uint64_t serve,
+                   uint64_t now)
 {
     uint64_t nonce = cons_r_u64(r), min_index = cons_r_u64(r);
     uint32_t next = cons_r_u32(r);
@@ -231,7 +247,8 @@ static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, int 
     if (cons_r_done(r) < 0 || from == x->cfg.id)
         return;
     struct cons_xfer_send *s = &x->send[from];
-    if (!serve) {
+    if (serve == CONS_XFER_SERVE_NONE) {
+        send_close(x, from);
         say_no(x, from, nonce, 0);
         return;
     }
@@ -258,6 +275,8 @@ static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, int 
         s->cursor_len[0] = 0;
     }
     s->last_ns = now;
+    if (s->index > serve)
+        return; /* held: not committed yet; the receiver asks again */
     if (s->end && next >= s->end) {
         send_close(x, from); /* the receiver has it all */
         return;
@@ -283,8 +302,22 @@ static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, int 
     }
 }
 
+void cons_xfer_release(struct cons_xfer *x, uint64_t serve)
+{
+    for (uint32_t p = 0; p < x->cfg.n; p++) {
+        struct cons_xfer_send *s = &x->send[p];
+        if (!s->open || s->index > serve || s->sent != 0 || s->base != 0)
+            continue;
+        while (s->sent < x->cfg.window && !(s->end && s->sent >= s->end)) {
+            if (send_chunk(x, p, s->sent) < 0)
+                break;
+            s->sent++;
+        }
+    }
+}
+
 int cons_xfer_on_msg(struct cons_xfer *x, uint8_t kind, uint32_t from, const uint8_t *body,
-                     size_t len, int serve, uint64_t now, uint64_t *index)
+                     size_t len, uint64_t serve, uint64_t now, uint64_t *index)
 {
     if (from >= x->cfg.n || from == x->cfg.id)
         return 0;

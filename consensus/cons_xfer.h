@@ -88,6 +88,7 @@ struct cons_xfer {
     uint32_t from;
     uint64_t nonce, min_index, index, next_nonce;
     uint32_t next;
+    uint8_t gap; /* a chunk past `next` came: ask again once `next` is in */
     uint64_t progress_ns, asked_ns;
     /* Sender: one view per receiver. */
     struct cons_xfer_send send[CONS_REPLICAS_MAX];
@@ -116,11 +117,27 @@ static inline int cons_xfer_active(const struct cons_xfer *x)
 /* Feeds a message body of `kind` from replica `from`. Returns 1 when it
  * completed the transfer (the machine now holds the state at *index; the
  * core reloads its client table with cons_sm_load), 0 otherwise, or a
- * storage error (stop the replica). A malformed body is ignored (0). A
- * REQ is served only when `serve` is nonzero (a core that cannot give a
- * consistent state now, e.g. while recovering, answers NO). */
+ * storage error (stop the replica). A malformed body is ignored (0).
+ * `serve` bounds what a REQ gets: CONS_XFER_SERVE_NONE answers NO (a core
+ * that cannot give a consistent state now, e.g. while recovering);
+ * otherwise a view whose index is at most `serve` is sent, and one above
+ * it is HELD: opened but sent only once a later REQ finds it within the
+ * bound (a NOPaxos leader executes ahead of its commit point, so its
+ * machine may hold entries a view change could still replace: it serves
+ * a view once the view's index is committed, and closes held views when
+ * its view changes, cons_xfer_close_above). CONS_XFER_SERVE_ALL serves
+ * any view. */
+#define CONS_XFER_SERVE_NONE 0
+#define CONS_XFER_SERVE_ALL  UINT64_MAX
 int cons_xfer_on_msg(struct cons_xfer *x, uint8_t kind, uint32_t from, const uint8_t *body,
-                     size_t len, int serve, uint64_t now, uint64_t *index);
+                     size_t len, uint64_t serve, uint64_t now, uint64_t *index);
+/* Sender: starts sending the held views that are within `serve` now,
+ * without waiting for the receiver to ask again (call when the bound
+ * moved). */
+void cons_xfer_release(struct cons_xfer *x, uint64_t serve);
+/* Sender: closes the views whose index is above `index` (held views a
+ * view change may have made wrong). */
+void cons_xfer_close_above(struct cons_xfer *x, uint64_t index);
 /* Timers: asks again, or moves to another sender; closes idle views.
  * Returns 0 or a storage error from restarting the install (stop). */
 int cons_xfer_tick(struct cons_xfer *x, uint64_t now);

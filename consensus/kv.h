@@ -43,6 +43,10 @@ struct cons_sm kv_mem_sm(struct kv_mem *kv);
 /* Bumped by every change of the live state (pairs, rows, mark, an
  * install): the simulator's disk keeps an image only when it moved. */
 uint64_t kv_mem_version(const struct kv_mem *kv);
+/* The stash (cons.h) as bytes and back, for the simulator's disk images
+ * (the stream leaves it out). FK_ETOOBIG, FK_EMALFORMED. */
+int kv_mem_stash_save(const struct kv_mem *kv, uint8_t *buf, size_t cap, size_t *len);
+int kv_mem_stash_restore(struct kv_mem *kv, const uint8_t *buf, size_t len);
 /* Number of keys stored. */
 uint32_t kv_mem_count(const struct kv_mem *kv);
 /* Bytes a snapshot of a full store needs, for sizing buffers. */

@@ -31,6 +31,12 @@ struct kv_staging {
     uint64_t sessions, pairs; /* END's counts */
 };
 
+struct kv_stash {
+    uint64_t key;
+    uint8_t *buf;
+    size_t len;
+};
+
 struct kv_mem {
     uint32_t cap;
     struct kv_state live;
@@ -38,7 +44,9 @@ struct kv_mem {
     uint8_t open[CONS_SNAP_OPEN_MAX];
     struct kv_state stage;
     struct kv_staging st;
-    uint64_t version; /* bumped by every change of the live state */
+    uint64_t version;       /* bumped by every change of the live state */
+    struct kv_stash *stash; /* the core's stash (cons.h), by key */
+    uint32_t nstash, stash_cap;
 };
 
 int kv_key_cmp(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen)
@@ -82,6 +90,9 @@ void kv_mem_destroy(struct kv_mem *kv)
     state_free(&kv->stage);
     for (uint32_t i = 0; i < CONS_SNAP_OPEN_MAX; i++)
         state_free(&kv->views[i]);
+    for (uint32_t i = 0; i < kv->nstash; i++)
+        free(kv->stash[i].buf);
+    free(kv->stash);
     free(kv);
 }
 
@@ -604,6 +615,94 @@ static int kv_install_commit(void *impl)
     return 0;
 }
 
+/* ---- the stash: a small array in key order -------------------------------- */
+
+static int kv_stash_drop(void *impl, uint64_t lo, uint64_t hi)
+{
+    struct kv_mem *kv = impl;
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < kv->nstash; i++) {
+        if (kv->stash[i].key >= lo && kv->stash[i].key <= hi) {
+            free(kv->stash[i].buf);
+            kv->version++;
+            continue;
+        }
+        kv->stash[w++] = kv->stash[i];
+    }
+    kv->nstash = w;
+    return 0;
+}
+
+static int kv_stash_put(void *impl, uint64_t key, const uint8_t *buf, size_t len)
+{
+    struct kv_mem *kv = impl;
+    kv_stash_drop(kv, key, key);
+    if (kv->nstash == kv->stash_cap) {
+        uint32_t cap = kv->stash_cap ? 2 * kv->stash_cap : 8;
+        struct kv_stash *n = realloc(kv->stash, cap * sizeof *n);
+        if (!n)
+            return FK_ENOMEM;
+        kv->stash = n;
+        kv->stash_cap = cap;
+    }
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return FK_ENOMEM;
+    memcpy(copy, buf, len);
+    uint32_t i = kv->nstash;
+    while (i > 0 && kv->stash[i - 1].key > key) {
+        kv->stash[i] = kv->stash[i - 1];
+        i--;
+    }
+    kv->stash[i] = (struct kv_stash){key, copy, len};
+    kv->nstash++;
+    kv->version++;
+    return 0;
+}
+
+static int kv_stash_load(void *impl, cons_stash_fn fn, void *arg)
+{
+    struct kv_mem *kv = impl;
+    for (uint32_t i = 0; i < kv->nstash; i++) {
+        int rc = fn(arg, kv->stash[i].key, kv->stash[i].buf, kv->stash[i].len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int kv_mem_stash_save(const struct kv_mem *kv, uint8_t *buf, size_t cap, size_t *len)
+{
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, cap);
+    cons_w_u32(&w, kv->nstash);
+    for (uint32_t i = 0; i < kv->nstash; i++) {
+        cons_w_u64(&w, kv->stash[i].key);
+        cons_w_u32(&w, (uint32_t)kv->stash[i].len);
+        cons_w_bytes(&w, kv->stash[i].buf, kv->stash[i].len);
+    }
+    if (w.err)
+        return FK_ETOOBIG;
+    *len = w.len;
+    return 0;
+}
+
+int kv_mem_stash_restore(struct kv_mem *kv, const uint8_t *buf, size_t len)
+{
+    struct cons_rbuf r;
+    cons_rbuf_init(&r, buf, len);
+    uint32_t n = cons_r_u32(&r);
+    kv_stash_drop(kv, 0, UINT64_MAX);
+    for (uint32_t i = 0; i < n && !r.err; i++) {
+        uint64_t key = cons_r_u64(&r);
+        uint32_t l = cons_r_u32(&r);
+        const uint8_t *b = cons_r_bytes(&r, l);
+        if (!b || kv_stash_put(kv, key, b, l) < 0)
+            return FK_EMALFORMED;
+    }
+    return cons_r_done(&r);
+}
+
 static const struct cons_sm_ops kv_mem_ops = {
     .apply = kv_apply,
     .session = kv_session,
@@ -616,6 +715,9 @@ static const struct cons_sm_ops kv_mem_ops = {
     .install_chunk = kv_install_chunk,
     .install_commit = kv_install_commit,
     .install_abort = kv_install_abort,
+    .stash_put = kv_stash_put,
+    .stash_drop = kv_stash_drop,
+    .stash_load = kv_stash_load,
     .snapshot = kv_snapshot,
     .install = kv_install,
 };

@@ -399,7 +399,7 @@ uint64_t mpx__adopt_state(struct mpx *r)
     return index;
 }
 
-int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve)
+int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, uint64_t serve)
 {
     uint64_t index;
     int rc = cons_xfer_on_msg(&r->xfer, (uint8_t)m->u1, m->from, m->body, m->body_len, serve,

@@ -208,7 +208,7 @@ uint64_t mpx__adopt_state(struct mpx *r);
 int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from);
 /* Feeds an XFER message to the transfer (serving only when `serve`);
  * returns 1 when it completed a transfer into this replica. */
-int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, int serve);
+int mpx__xfer_msg(struct mpx *r, const struct mpx_msg *m, uint64_t serve);
 void mpx__apply_committed(struct mpx *r);
 void mpx__become_follower(struct mpx *r);
 uint64_t mpx__rand(struct mpx *r);

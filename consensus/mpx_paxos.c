@@ -632,7 +632,7 @@ static void on_compacted(struct mpx *r, const struct mpx_msg *m)
  * replica moves it to the state it brought. */
 static void on_xfer(struct mpx *r, const struct mpx_msg *m)
 {
-    if (!mpx__xfer_msg(r, m, 1))
+    if (!mpx__xfer_msg(r, m, CONS_XFER_SERVE_ALL))
         return;
     uint64_t index = mpx__adopt_state(r);
     if (r->poisoned)
@@ -764,7 +764,7 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
             mpx__on_recover_reply(r, m);
         else if (m->type == MPX_RECOVER_GEN)
             mpx__on_recover_gen(r, m);
-        else if (m->type == MPX_XFER && mpx__xfer_msg(r, m, 0))
+        else if (m->type == MPX_XFER && mpx__xfer_msg(r, m, CONS_XFER_SERVE_NONE))
             mpx__recover_fetched(r);
         else if (m->type == MPX_REQUEST)
             on_request(r, op);

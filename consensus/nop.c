@@ -23,25 +23,21 @@ int nop__is_leader(const struct nop *r)
     return r->status == NOP_NORMAL && nop__leader_of(r, r->view) == r->cfg.id;
 }
 
-/* Bytes of a checkpoint: u64 index, u32 + client table, u32 + snapshot. */
-static size_t cp_bytes(const struct nop_config *c)
-{
-    return 16 + 4 + CONS_CTAB_SAVE_MAX(c->clients_max) + c->snapshot_max;
-}
-
-/* The largest message: a checkpoint and a full ring of entries. */
+/* The largest message: a full ring of entries (VIEW-CHANGE, START-VIEW,
+ * RECOVERY-REPLY). */
 static size_t whole_bytes(const struct nop_config *c)
 {
-    return (size_t)c->log_cap * (NOP_WIRE_OP_MAX + 1) + cp_bytes(c) + 4096;
+    return (size_t)c->log_cap * (NOP_WIRE_OP_MAX + 1) + 4096;
 }
 
 static int config_ok(const struct nop_config *c)
 {
     return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
            c->log_cap >= 16 && c->log_cap <= CONS_LOG_CAP_MAX && c->clients_max >= 1 &&
-           c->clients_max <= CONS_CLIENTS_MAX && c->snapshot_max >= 8 &&
-           c->snapshot_max <= CONS_MSG_MAX && whole_bytes(c) <= CONS_MSG_MAX &&
-           c->heartbeat_ns > 0 && c->election_ns > 2 * c->heartbeat_ns && c->durable <= 1;
+           c->clients_max <= CONS_CLIENTS_MAX && whole_bytes(c) <= CONS_MSG_MAX &&
+           c->xfer_chunk >= 1 && c->xfer_chunk <= (1u << 20) && c->xfer_window >= 1 &&
+           c->xfer_window <= CONS_XFER_WINDOW_MAX && c->heartbeat_ns > 0 &&
+           c->election_ns > 2 * c->heartbeat_ns && c->durable <= 1;
 }
 
 /* Memory, allocated here once:
@@ -50,15 +46,15 @@ static int config_ok(const struct nop_config *c)
  *   history    log_cap * 16 B (struct nop_hist)
  *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 4,152 B = 4.1 MiB)
  *   clients    2 * clients_max slots of 56 B (cons.h)
- *   checkpoint 2 * cp_bytes(): 32 B + clients_max * 28 B + snapshot_max, the
- *              checkpoint and a leader's next one (maybe_checkpoint)
- *   arena      max(arena_bytes, whole_bytes() + 64 KiB): room for the largest message
- *              (VIEW-CHANGE, START-VIEW, RECOVERY-REPLY: a checkpoint and a full ring);
+ *   transfer   struct cons_xfer: a view's cursors per peer, ~60 KiB
+ *   arena      max(arena_bytes, whole_bytes() + 64 KiB, xfer_window chunks + 64 KiB):
+ *              room for the largest message (VIEW-CHANGE, START-VIEW, RECOVERY-REPLY:
+ *              a full ring) or a window of transfer chunks;
  *              START-VIEWs to other replicas that do not fit one step are dropped like
  *              lost messages and resent when those replicas repeat their VIEW-CHANGE
  *   durable    (durable mode only) a held-message ring as large as the arena, and
  *              NOP_HELD_MAX descriptors of 40 B (nop_durable.c)
- * e.g. log_cap 256, 16 clients, 64 KiB snapshots: 1.1 + 4.1 + 0.26 + 0.2 + 0.9 MiB. */
+ * e.g. log_cap 256, 16 clients: 1.1 + 4.1 + 0.06 + 1.2 MiB. */
 static int alloc_all(struct nop *r)
 {
     const struct nop_config *c = &r->cfg;
@@ -72,11 +68,11 @@ static int alloc_all(struct nop *r)
     r->oum = calloc(NOP_OUM_BUF, sizeof *r->oum);
     size_t whole = whole_bytes(c);
     size_t arena = c->arena_bytes;
-    r->cp_cap = cp_bytes(c);
-    r->cp = malloc(r->cp_cap);
-    r->pcp = malloc(r->cp_cap);
+    size_t xfer = (size_t)c->xfer_window * (c->xfer_chunk + CONS_SNAP_RECORD_MAX + 64);
     if (arena < whole + (64u << 10))
         arena = whole + (64u << 10);
+    if (arena < xfer + (64u << 10))
+        arena = xfer + (64u << 10);
     r->ob.arena = malloc(arena);
     r->ob.arena_cap = arena;
     if (c->durable) {
@@ -88,42 +84,41 @@ static int alloc_all(struct nop *r)
     }
     r->reply.data = malloc(CONS_REPLY_MAX); /* touched only as far as results go */
     r->reply.cap = CONS_REPLY_MAX;
-    if (!r->log || !r->exec_sig || !r->hist || !r->oum || !r->ob.arena || !r->cp || !r->pcp ||
-        !r->reply.data)
+    if (!r->log || !r->exec_sig || !r->hist || !r->oum || !r->ob.arena || !r->reply.data)
         return FK_ENOMEM;
-    int rc = cons_ctab_init(&r->ctab, c->clients_max);
-    /* The table travels in this core's checkpoints (nop_disk.c), not in
-     * the machine (cons_core_ops.sm_durable 0): no row writes. */
-    r->ctab.write_through = 0;
-    return rc;
+    int rc = nop__undo_init(r);
+    return rc < 0 ? rc : cons_ctab_init(&r->ctab, c->clients_max);
 }
 
-/* Serialises the client table and state machine, as they are after the
- * executed slot, into buf (cp_cap bytes); sets *len. */
-static int serialize_state(struct nop *r, uint8_t *buf, size_t *len)
+/* cons_xfer's messages travel as NOP_XFER, a kind byte before their body. */
+static void xfer_begin(void *ctx, struct cons_wbuf *w, uint8_t kind)
 {
-    struct cons_wbuf w;
-    size_t ct = 0, sml = 0;
-    cons_wbuf_init(&w, buf, r->cp_cap);
-    cons_w_u64(&w, r->executed);
-    cons_w_u32(&w, 0);
-    if (w.err || cons_ctab_save(&r->ctab, w.p + w.len, w.cap - w.len, &ct) < 0)
-        return FK_ETOOBIG;
-    uint32_t ct32 = (uint32_t)ct;
-    memcpy(w.p + 8, &ct32, 4);
-    w.len += ct;
-    cons_w_u32(&w, 0);
-    if (w.err || r->sm.ops->snapshot(r->sm.impl, w.p + w.len, w.cap - w.len, &sml) < 0)
-        return FK_ETOOBIG;
-    uint32_t sm32 = (uint32_t)sml;
-    memcpy(w.p + w.len - 4, &sm32, 4);
-    *len = w.len + sml;
-    return 0;
+    struct nop *r = ctx;
+    nop__begin(r, w, NOP_XFER, nop__pack(r->view));
+    cons_w_u8(w, kind);
+}
+
+static void xfer_send(void *ctx, struct cons_wbuf *w, uint32_t to)
+{
+    nop__send(ctx, w, cons_replica(to));
+}
+
+static int xfer_init(struct nop *r)
+{
+    const struct nop_config *c = &r->cfg;
+    struct cons_xfer_config xc = {.n = c->n,
+                                  .id = c->id,
+                                  .chunk = c->xfer_chunk,
+                                  .window = c->xfer_window,
+                                  .retry_ns = c->heartbeat_ns * 4,
+                                  .switch_ns = c->election_ns * 2};
+    struct cons_xfer_io io = {.ctx = r, .begin = xfer_begin, .send = xfer_send};
+    return cons_xfer_init(&r->xfer, &xc, r->sm, io, c->seed * 31 + c->id);
 }
 
 /* Moves snap to `upto` (committed, in the log): the slots it compacts go
  * into the history first. */
-static void compact_to(struct nop *r, uint64_t upto)
+void nop__compact_to(struct nop *r, uint64_t upto)
 {
     assert(upto >= r->snap && upto <= r->commit && upto <= r->log_len);
     for (uint64_t i = r->snap + 1; i <= upto; i++) {
@@ -150,59 +145,59 @@ int nop__hist_entry(const struct nop *r, uint64_t slot)
            nop__entry_hash(nop__ent(r, slot)) == h;
 }
 
-/* The checkpoint at the executed slot, which must be committed (callers
- * check). */
-static int make_checkpoint(struct nop *r)
+void nop__reset_state(struct nop *r)
 {
-    int rc = serialize_state(r, r->cp, &r->cp_len);
-    if (rc == 0) {
-        compact_to(r, r->executed);
-        r->cp_due = 0;
-    }
-    return rc;
-}
-
-void nop__cp_fresh(struct nop *r)
-{
-    if (!r->cp_due || r->poisoned)
+    uint64_t index;
+    cons_xfer_stop(&r->xfer); /* its staging goes with the install below */
+    if (cons_sm_empty(&r->sm) < 0 || cons_sm_load(&r->sm, &r->ctab, &index) < 0) {
+        r->poisoned = 1; /* storage (cons.h's failure rule) */
         return;
-    assert(r->executed <= r->commit && r->executed >= r->snap);
-    if (make_checkpoint(r) < 0)
-        r->poisoned = 1;
+    }
+    assert(index == 0);
+    r->executed = r->marked = 0;
+    r->resets++;
+    nop__undo_clear(r);
 }
 
-int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index, int keep_tail)
+/* Whether this replica's log holds slots (commit, index] exactly as the
+ * sender's committed history (m's hashes) does: then they are committed
+ * here too. */
+static int confirmed(const struct nop *r, uint64_t index, const struct nop_msg *m)
 {
-    struct cons_rbuf b;
-    cons_rbuf_init(&b, blob, len);
-    cons_r_u64(&b);
-    uint32_t ctl = cons_r_u32(&b);
-    const uint8_t *ct = cons_r_bytes(&b, ctl);
-    uint32_t sml = cons_r_u32(&b);
-    const uint8_t *sm = cons_r_bytes(&b, sml);
-    /* Nothing is replaced unless everything is good: the table is checked
-     * first, the state machine leaves itself unchanged on bad bytes
-     * (FK_EMALFORMED), and only then does the table (which cannot fail any
-     * more) load. Any other install error (storage) may have replaced part
-     * of the state: the replica stops. */
-    if (b.err || len > r->cp_cap || cons_ctab_check(&r->ctab, ct, ctl) < 0)
-        return FK_EMALFORMED;
-    int rc = r->sm.ops->install(r->sm.impl, sm, sml);
-    if (rc == FK_EMALFORMED)
-        return rc;
-    if (rc < 0) {
-        r->poisoned = 1;
-        return FK_EPOISONED;
+    if (index > r->log_len)
+        return 0;
+    for (uint64_t s = r->commit + 1; s <= index; s++) {
+        if (s < m->hlo || s >= m->hlo + m->hn)
+            return 0;
+        struct cons_rbuf rd = m->hashes;
+        rd.off += (size_t)(s - m->hlo) * 8;
+        if (cons_r_u64(&rd) != nop__entry_hash(nop__ent(r, s)))
+            return 0;
     }
-    rc = cons_ctab_load(&r->ctab, ct, ctl);
-    assert(rc == 0);
-    (void)rc;
-    r->pcp_slot = 0; /* the state it was taken from is gone */
-    if (blob != r->cp)
-        memcpy(r->cp, blob, len);
-    r->cp_len = len;
-    r->cp_due = 0;
-    r->snap = r->executed = index;
+    return 1;
+}
+
+void nop__restart_ring(struct nop *r, uint64_t index, int keep_tail, const struct nop_msg *m)
+{
+    assert(index > r->snap);
+    if (index <= r->commit || confirmed(r, index, m)) {
+        /* Committed: identical everywhere, so this replica's own slots up
+         * to index will do. */
+        if (r->commit < index)
+            r->commit = index;
+        if (r->synced < index)
+            r->synced = index;
+        nop__execute_to(r, index, 0);
+        if (r->executed >= index && !r->poisoned) {
+            nop__compact_to(r, index);
+            if (!keep_tail || r->log_len > index + r->cfg.log_cap)
+                r->log_len = r->synced = index;
+            return;
+        }
+    }
+    if (r->executed > r->commit)
+        nop__rollback(r, r->commit); /* speculative: what it executed may be gone */
+    r->snap = index;
     if (!keep_tail || r->log_len < index || r->log_len > index + r->cfg.log_cap)
         r->log_len = index;
     if (r->synced < index || r->synced > r->log_len)
@@ -210,7 +205,86 @@ int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index,
     if (r->commit < index)
         r->commit = index;
     nop__touch(r, r->log_len + 1); /* the log may have been cut: rewrite what follows */
-    return 0;
+}
+
+/* A transfer brought the state at `index` (>= the snap it was asked
+ * for, unless the ring moved since): the table and mark come from the
+ * machine, and the ring restarts after index when index passed it. */
+static void took_state(struct nop *r, uint64_t index)
+{
+    uint64_t applied;
+    if (cons_sm_load(&r->sm, &r->ctab, &applied) < 0 || applied != index) {
+        r->poisoned = 1;
+        return;
+    }
+    r->executed = r->marked = index;
+    nop__undo_clear(r);
+    if (index > r->snap) {
+        /* The slots up to index are in the machine: hashes only for
+         * those this replica had committed (the rest may differ). */
+        uint64_t c = r->commit < index ? r->commit : index;
+        if (c > r->snap && c <= r->log_len)
+            nop__compact_to(r, c);
+        r->snap = index;
+        if (r->log_len < index || r->log_len > index + r->cfg.log_cap) {
+            r->log_len = index;
+            /* A gap it waited for, or (a leader of a view that ended
+             * without it knowing) one it was agreeing on, is inside the
+             * state now. */
+            r->find_slot = r->gap_slot = 0;
+            nop__oum_clear(r);
+        }
+        if (r->synced < index || r->synced > r->log_len)
+            r->synced = index;
+        if (r->commit < index)
+            r->commit = index;
+        nop__touch(r, r->log_len + 1);
+    }
+    for (uint64_t i = r->snap + 1; i <= r->executed; i++)
+        *nop__sig(r, i) = nop__entry_hash(nop__ent(r, i));
+    if (nop__is_leader(r))
+        nop__execute_to(r, r->log_len, 1);
+    else
+        nop__execute_to(r, r->commit, 0);
+}
+
+/* Fetches a state when the machine is behind the ring (nop.h, "State"),
+ * from the view's leader first (cons_xfer moves on to the others). */
+static void maybe_fetch(struct nop *r)
+{
+    if (!nop__needs_state(r) || r->status != NOP_NORMAL || cons_xfer_active(&r->xfer) ||
+        r->poisoned)
+        return;
+    /* A follower first: its machine holds committed state only, so it
+     * serves at once (a leader holds its view until the commit point
+     * passes it). cons_xfer moves on from there. */
+    uint32_t from = (r->cfg.id + 1) % r->cfg.n;
+    if (from == nop__leader_of(r, r->view))
+        from = (from + 1) % r->cfg.n;
+    if (from == r->cfg.id)
+        from = (from + 1) % r->cfg.n;
+    if (cons_xfer_start(&r->xfer, from, r->snap, r->now) < 0)
+        r->poisoned = 1;
+}
+
+/* The most a transfer from this replica may show: its committed prefix,
+ * when its machine holds committed state (cons_xfer.h, held views). */
+static uint64_t serve_bound(const struct nop *r)
+{
+    if (r->status == NOP_RECOVERING || nop__needs_state(r))
+        return CONS_XFER_SERVE_NONE;
+    return r->commit;
+}
+
+static void on_xfer(struct nop *r, const struct nop_msg *m)
+{
+    uint64_t index;
+    int rc = cons_xfer_on_msg(&r->xfer, m->body[0], m->from, m->body + 1, m->body_len - 1,
+                              serve_bound(r), r->now, &index);
+    if (rc < 0)
+        r->poisoned = 1; /* storage: cons.h's failure rule */
+    else if (rc == 1)
+        took_state(r, index);
 }
 
 int nop__fits(const struct nop *r, uint64_t slot)
@@ -232,14 +306,7 @@ struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err
     r->f = cfg->n / 2;
     r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
     r->dirty_lo = 1;
-    if ((*err = alloc_all(r)) < 0) {
-        nop_destroy(r);
-        return NULL;
-    }
-    /* The state machine starts empty (replicas are diskless): that state is
-     * the first checkpoint, at slot 0. */
-    if (make_checkpoint(r) < 0) {
-        *err = FK_EINVAL;
+    if ((*err = alloc_all(r)) < 0 || (*err = xfer_init(r)) < 0) {
         nop_destroy(r);
         return NULL;
     }
@@ -251,14 +318,15 @@ void nop_destroy(struct nop *r)
 {
     if (!r)
         return;
+    if (r->xfer.sm.ops)
+        cons_xfer_close(&r->xfer);
     cons_ctab_free(&r->ctab);
     free(r->log);
     free(r->exec_sig);
     free(r->hist);
     free(r->oum);
-    free(r->cp);
     free(r->reply.data);
-    free(r->pcp);
+    nop__undo_free(r);
     free(r->ob.arena);
     free(r->held);
     free(r->held_buf);
@@ -285,17 +353,27 @@ uint64_t nop__entry_hash(const struct nop_entry *e)
  * them (cons_log_read): in the paper only the leader executes in normal
  * operation (section 5.2.1), and a read changes no state, so the
  * follower's state is the same and its client table moves alike; writes
- * it executes once committed, to be ready to lead and to checkpoint.
+ * it executes once committed, to be ready to lead and to serve a state.
  * (Executing every read at every replica was 11% of a NOPaxos replica's
- * CPU under YCSB-B.) */
+ * CPU under YCSB-B.) A machine behind the ring executes nothing: it waits
+ * for a state (nop__needs_state). The machine's mark follows at the end of
+ * the step (nop__mark). */
 void nop__execute_to(struct nop *r, uint64_t upto, int reply)
 {
     assert(upto <= r->log_len);
+    if (nop__needs_state(r))
+        return;
+    if (nop__commit_only(r) && upto > r->commit)
+        upto = r->commit; /* durable mode executes only what is committed (nop.h) */
     int follower = !nop__is_leader(r);
     assert(!(follower && reply));
     while (r->executed < upto && !r->poisoned) {
         const struct nop_entry *e = nop__ent(r, r->executed + 1);
         assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+        if (r->executed + 1 > r->commit && nop__undo_capture(r, r->executed + 1, e) < 0) {
+            r->poisoned = 1;
+            return;
+        }
         if (e->kind == NOP_ENT_REQ && follower && cons_op_reads(&e->op)) {
             if (cons_log_read(&r->sm, &r->ctab, &e->op) < 0) {
                 r->poisoned = 1; /* the machine could not keep the row */
@@ -315,107 +393,116 @@ void nop__execute_to(struct nop *r, uint64_t upto, int reply)
     }
 }
 
-/* Rollback: if the log no longer holds what this replica executed after
- * its checkpoint (it executed speculatively as an old leader), go back to
- * the checkpoint, which is committed; callers re-execute from there. */
+/* Rollback: the machine executed speculatively (as a leader, section
+ * 5.2.1) entries that the log no longer holds: undo them (nop_undo.c);
+ * callers re-execute. Only where the undo records do not reach (an
+ * earlier incarnation's executions) is the machine emptied and a state
+ * fetched (nop.h, "State"). */
+void nop__rollback(struct nop *r, uint64_t target)
+{
+    if (target >= r->executed || nop__needs_state(r) || nop__commit_only(r))
+        return; /* durable mode executes only committed slots: nothing to undo */
+    if ((r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC) && !nop__is_leader(r))
+        return; /* planted bug: a follower keeps what it executed uncommitted */
+    /* A view a sender holds past target shows executions that are being
+     * undone (its index may already be committed: the new view's commit
+     * point, with other entries at those slots). */
+    cons_xfer_close_above(&r->xfer, target);
+    int rc = nop__undo_to(r, target);
+    if (rc == FK_EINVAL)
+        nop__reset_state(r);
+}
+
 void nop__check_executed(struct nop *r)
 {
-    nop__cp_fresh(r);
+    if (nop__needs_state(r) || nop__commit_only(r))
+        return; /* durable mode executes only committed slots */
     for (uint64_t i = r->snap + 1; i <= r->executed; i++) {
         if (i > r->log_len || nop__entry_hash(nop__ent(r, i)) != *nop__sig(r, i)) {
-            uint64_t keep = r->log_len;
-            nop__install(r, r->cp, r->cp_len, r->snap, 1);
-            assert(r->poisoned || r->log_len == keep);
+            nop__rollback(r, i - 1);
             return;
         }
     }
 }
 
-/* Log compaction thresholds, in slots past the last checkpoint. A
- * follower compacts at a quarter ring, which costs it little
- * (maybe_checkpoint). The leader serialises its next checkpoint at half a
- * ring: each time its loop stops for a whole serialisation (0.25-0.35 ms
- * with 5,000 YCSB records), with every request in flight waiting, so at a
- * quarter ring it did that twice as often for nothing (closed-loop YCSB-B
- * throughput 4-15% lower). It stops taking requests at three quarters
- * (nop__drain) until that checkpoint commits: a quarter ring of room for
- * the commit point to catch up. */
-static uint64_t follower_cp_gap(const struct nop *r)
+uint64_t nop__quorum_point(const struct nop *r, uint64_t mine, const uint64_t *theirs)
 {
-    return r->cfg.log_cap / 4;
+    uint64_t v[CONS_REPLICAS_MAX] = {0};
+    uint32_t n = 0;
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        v[n++] = p == r->cfg.id ? mine : theirs[p];
+    for (uint32_t a = 0; a < n; a++) { /* sort descending; n <= 7 */
+        for (uint32_t b = a + 1; b < n; b++) {
+            if (v[b] > v[a]) {
+                uint64_t t = v[a];
+                v[a] = v[b];
+                v[b] = t;
+            }
+        }
+    }
+    return v[r->f];
 }
 
-static uint64_t leader_cp_gap(const struct nop *r)
+/* The slot f+1 replicas have executed, as far as this leader heard in
+ * its view (itself included): compacting no further keeps every state a
+ * replica may need (a replica behind the ring fetches one at or past
+ * snap) on f+1 replicas, so that f losing theirs leave one to serve. A
+ * follower that lags in execution holds the leader back (the ring fills,
+ * nop__drain stops taking requests) instead of needing a state. */
+static uint64_t leader_safe(const struct nop *r)
 {
-    return r->cfg.log_cap / 2;
+    return nop__quorum_point(r, r->executed, r->exec_of);
 }
 
+/* Log compaction: the machine holds the state at `executed`, so
+ * compacting is only moving snap (the slots go into the history); nothing
+ * is copied. Once half the ring is used, the committed and executed
+ * prefix goes, keeping the last quarter ring so that a replica a little
+ * behind still finds its entries (a view change, a sync) instead of
+ * needing a state. The leader stops taking requests three quarters of a
+ * ring past snap (nop__drain) until the commit point lets it compact. */
 static uint64_t leader_stop_gap(const struct nop *r)
 {
     return r->cfg.log_cap / 4 * 3;
 }
 
-/* Log compaction: a checkpoint at a committed slot (thresholds above). A
- * follower executes only what is committed and compacts at once. A
- * leader executes ahead of the commit point, so it serialises its state
- * at the slot it executed when its threshold is reached (pcp: not
- * committed yet) and makes that the checkpoint once the slot commits in
- * the same view; a view change or an install drops it. (It used to wait
- * until the commit point reached what it executed, which under a steady
- * stream never happens until it stops taking requests (nop__drain): a
- * stall every time, NOPaxos' p95 at 16k ops/s three times Multi-Paxos'.) */
-static int leader_checkpoint(struct nop *r)
+static int maybe_compact(struct nop *r)
 {
-    uint64_t view = nop__pack(r->view);
-    if (r->pcp_slot && r->pcp_view != view)
-        r->pcp_slot = 0;
-    if (!r->pcp_slot && r->executed - r->snap >= leader_cp_gap(r)) {
-        if (serialize_state(r, r->pcp, &r->pcp_len) < 0) {
-            r->poisoned = 1;
-            return 0;
-        }
-        r->pcp_slot = r->executed;
-        r->pcp_view = view;
-    }
-    if (!r->pcp_slot || r->pcp_slot > r->commit)
+    if (r->status != NOP_NORMAL || nop__needs_state(r) || r->log_len - r->snap < r->cfg.log_cap / 2)
         return 0;
-    /* A follower still behind it is confirmed from the history (send_sync):
-     * the leader no longer waits for every follower before it compacts. */
-    uint8_t *t = r->cp;
-    r->cp = r->pcp;
-    r->pcp = t;
-    r->cp_len = r->pcp_len;
-    compact_to(r, r->pcp_slot);
-    r->pcp_slot = 0;
+    uint64_t to = r->log_len - r->cfg.log_cap / 4;
+    uint64_t safe = nop__is_leader(r) ? leader_safe(r) : r->safe;
+    if (to > safe)
+        to = safe;
+    if (to > r->commit)
+        to = r->commit;
+    if (to > r->executed)
+        to = r->executed;
+    if (to <= r->snap)
+        return 0;
+    nop__compact_to(r, to);
     return 1;
 }
 
-/* A follower compacts without serialising its state (cp_due) unless in
- * durable mode: its checkpoint serves only the disk and view changes,
- * which take it when they need it (nop__cp_fresh), at most once a ring
- * for the disk (nop_disk.c). Serialising at every quarter ring on all
- * replicas at once was 11% of a NOPaxos replica's CPU under YCSB-B,
- * with 5,000 records. */
-static int maybe_checkpoint(struct nop *r)
+/* Durable mode: the leader executes (and answers) once the commit point
+ * passed a slot, at the end of the step that moved it. */
+static void execute_committed(struct nop *r)
 {
-    if (r->status != NOP_NORMAL)
-        return 0;
-    if (nop__is_leader(r))
-        return leader_checkpoint(r);
-    if (r->executed > r->commit || r->executed - r->snap < follower_cp_gap(r))
-        return 0;
-    if (!r->cfg.durable && !(r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC)) {
-        /* (The planted bug executes uncommitted entries: a lazy
-         * checkpoint would then serialise uncommitted state.) */
-        compact_to(r, r->executed);
-        r->cp_due = 1;
-        return 1;
-    }
-    if (make_checkpoint(r) < 0) {
+    if (nop__commit_only(r) && r->status == NOP_NORMAL)
+        nop__execute_to(r, r->commit, nop__is_leader(r));
+}
+
+/* The machine's mark follows what executed, once per step (cons.h: a
+ * step's writes reach the disk together, so only its last mark counts). */
+static void nop__mark(struct nop *r)
+{
+    if (r->executed == r->marked || r->poisoned)
+        return;
+    if (r->sm.ops->mark(r->sm.impl, r->executed, r->ctab.ops) < 0) {
         r->poisoned = 1;
-        return 0;
+        return;
     }
-    return 1;
+    r->marked = r->executed;
 }
 
 /* ---- normal operation over the OUM (section 5.2.1) ------------------------ */
@@ -621,7 +708,7 @@ static void on_gap_find(struct nop *r, const struct nop_msg *m)
 {
     if (!nop__is_leader(r) || m->u1 == 0 || m->u1 > r->log_len ||
         (m->u1 <= r->snap && !nop__hist_entry(r, m->u1)))
-        return; /* compacted and gone: the follower gets a checkpoint through sync */
+        return; /* compacted and gone: sync tells the follower to fetch a state */
     struct cons_wbuf w;
     nop__begin(r, &w, NOP_GAP_RECV, nop__pack(r->view));
     nop__put_segment(r, &w, m->u1, m->u1);
@@ -638,6 +725,9 @@ static void follower_put(struct nop *r, uint64_t slot, const struct nop_entry *e
     else
         append(r, e);
     nop__touch(r, slot);
+    if (slot <= r->executed && *nop__sig(r, slot) != nop__entry_hash(e))
+        nop__rollback(r, slot - 1); /* executed as an old leader, replaced (cannot happen
+                                       after enter_view's check; kept for the disk's sake) */
     if (r->find_slot && r->find_slot <= r->log_len)
         r->find_slot = 0;
 }
@@ -690,9 +780,9 @@ static void on_gap_commit_rep(struct nop *r, const struct nop_msg *m)
  * NOP_SYNC_ENTRIES) only to a follower that reported a differing entry or
  * made no progress between two heartbeats. A prefix confirmed this way is
  * what the paper's SYNC-PREPARE / SYNC-REPLY establish: entries identical
- * to the leader's. Below the leader's checkpoint the hashes come from the
+ * to the leader's. Below the leader's snap the hashes come from the
  * committed history and the entries from what the ring still holds; only
- * a follower behind both gets the checkpoint (STATE). */
+ * a follower behind both is told to fetch a state (STATE). */
 static uint32_t sync_count(const struct nop *r, uint32_t p)
 {
     uint64_t lo = r->acked[p] + 1;
@@ -700,8 +790,8 @@ static uint32_t sync_count(const struct nop *r, uint32_t p)
     return r->log_len >= lo ? (uint32_t)(r->log_len - lo + 1 < max ? r->log_len - lo + 1 : max) : 0;
 }
 
-/* 1 when follower p's next sync needs the checkpoint: it starts below the
- * leader's checkpoint where the history (hashes) or the ring (entries) no
+/* 1 when follower p's next sync needs a state: it starts below the
+ * leader's snap where the history (hashes) or the ring (entries) no
  * longer reach. */
 static int needs_state(const struct nop *r, uint32_t p)
 {
@@ -714,7 +804,7 @@ static int needs_state(const struct nop *r, uint32_t p)
     return lo <= r->snap && n == 0;
 }
 
-/* state_ok 0: a follower that needs the checkpoint gets nothing now (the
+/* state_ok 0: a follower that needs a state gets nothing now (the
  * eager path leaves it to the heartbeat). */
 static void send_sync(struct nop *r, uint32_t p, int state_ok)
 {
@@ -724,11 +814,12 @@ static void send_sync(struct nop *r, uint32_t p, int state_ok)
         return;
     r->sync_out[p] = 1;
     if (state) {
-        /* What it lacks was compacted: state transfer from the checkpoint. */
+        /* What it lacks was compacted: it fetches a state (cons_xfer). */
         nop__begin(r, &w, NOP_STATE, nop__pack(r->view));
         cons_w_u64(&w, r->sess_start);
         cons_w_u64(&w, r->commit);
-        nop__put_checkpoint(r, &w);
+        cons_w_u64(&w, r->snap);
+        nop__put_hist(r, &w);
         nop__send(r, &w, cons_replica(p));
         r->syncs[NOP_SYNC_KIND_STATE]++;
         return;
@@ -748,28 +839,32 @@ static void send_sync(struct nop *r, uint32_t p, int state_ok)
                 nop__hist_hash(r, i, &h); /* present: needs_state */
             cons_w_u64(&w, h);
         }
+        cons_w_u64(&w, leader_safe(r));
         nop__send(r, &w, cons_replica(p));
         return;
     }
     nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
     cons_w_u64(&w, r->commit);
     nop__put_segment(r, &w, lo, hi);
+    cons_w_u64(&w, leader_safe(r));
     nop__send(r, &w, cons_replica(p));
 }
 
 /* Eager synchronization: a follower log_cap / 16 entries behind (any
- * entry once a checkpoint is due) is synced now rather than at the next
- * heartbeat, unless it needs the checkpoint (that waits for the
+ * entry once compaction is due) is synced now rather than at the next
+ * heartbeat, unless it needs a state (that notice waits for the
  * heartbeat). The leader stops taking requests three quarters of a ring
- * past its checkpoint until f+1 confirm the next one (leader_checkpoint); with
+ * past snap until f+1 confirm enough to compact (maybe_compact); with
  * syncs only every heartbeat a busy leader spent most of its time there. */
 static void sync_eager(struct nop *r)
 {
-    uint64_t behind = r->cfg.log_cap / 16 > 0 ? r->cfg.log_cap / 16 : 1;
+    /* Durable mode: the leader answers only once a slot commits, so every
+     * step that appended syncs. */
+    uint64_t behind = r->cfg.log_cap / 16 > 0 && !r->cfg.durable ? r->cfg.log_cap / 16 : 1;
     if (!nop__is_leader(r) || r->status != NOP_NORMAL)
         return;
-    if (r->log_len - r->snap >= leader_cp_gap(r))
-        behind = 1; /* due for a checkpoint: it waits for f+1 */
+    if (r->log_len - r->snap >= r->cfg.log_cap / 2)
+        behind = 1; /* due for compaction: it waits for f+1 */
     for (uint32_t p = 0; p < r->cfg.n; p++) {
         if (p != r->cfg.id && !r->sync_out[p] && r->log_len - r->acked[p] >= behind)
             send_sync(r, p, 0);
@@ -785,6 +880,7 @@ static void send_sync_rep(struct nop *r, uint32_t to, uint64_t flags, uint64_t a
     cons_w_u64(&w, r->synced);
     cons_w_u64(&w, flags);
     cons_w_u64(&w, asked);
+    cons_w_u64(&w, r->executed);
     nop__send(r, &w, cons_replica(to));
 }
 
@@ -821,6 +917,8 @@ static void on_sync_sig(struct nop *r, const struct nop_msg *m)
     }
     if (m->lo <= r->synced + 1 && i - 1 > r->synced)
         r->synced = i - 1;
+    if (m->u4 > r->safe)
+        r->safe = m->u4;
     follow_commit(r, m->u1);
     send_sync_rep(r, m->from, differed ? NOP_SYNC_REP_DIFFERED : 0, m->lo);
     nop__drain(r);
@@ -849,29 +947,30 @@ static void on_sync(struct nop *r, const struct nop_msg *m)
     }
     if (m->lo <= r->synced + 1 && i - 1 > r->synced)
         r->synced = i - 1;
+    if (m->u4 > r->safe)
+        r->safe = m->u4;
     follow_commit(r, m->u1);
     send_sync_rep(r, m->from, NOP_SYNC_REP_FULL, m->lo);
     nop__drain(r);
 }
 
-/* State transfer (the leader compacted what this follower lacks): install
- * the checkpoint unless this replica already committed past it. The log
- * after the checkpoint stays: within a view a follower's log never loses a
- * request it acknowledged to a client (a client may count that reply). */
+/* The leader compacted what this follower lacks, up to m->u3: the ring
+ * restarts there (the log after it stays: within a view a follower's log
+ * never loses a request it acknowledged to a client, who may count that
+ * reply) and the follower fetches a state at or past it (maybe_fetch). */
 static void on_state(struct nop *r, const struct nop_msg *m)
 {
     r->last_heard = r->now;
-    if (m->cp_len > 0 && m->cp_index > r->commit) {
+    if (m->u3 > r->snap && m->u3 > r->commit) {
         uint64_t len = r->log_len;
-        if (nop__install(r, m->cp, m->cp_len, m->cp_index, 1) < 0)
-            return;
+        nop__restart_ring(r, m->u3, 1, m);
         r->sess_start = m->u1;
         if (r->log_len != len) {
             r->find_slot = 0;
             nop__oum_clear(r);
         }
     }
-    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL, m->cp_index);
+    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL, m->u3);
 }
 
 /* The leader's commit point is the largest slot that f+1 replicas hold
@@ -894,31 +993,25 @@ static void on_sync_rep(struct nop *r, const struct nop_msg *m)
      * Multi-Paxos'). */
     uint32_t from = m->from;
     uint64_t asked = m->u3 ? m->u3 : r->acked[from] + 1;
+    if (m->u4 > r->exec_of[from])
+        r->exec_of[from] = m->u4;
     int still = got < asked && got < r->log_len;
     r->acked[from] = got;
     r->sync_out[from] = (uint8_t)(still && (m->u2 & NOP_SYNC_REP_FULL));
     r->need_full[from] = (m->u2 & NOP_SYNC_REP_DIFFERED) || still;
-    uint64_t v[CONS_REPLICAS_MAX] = {0};
-    uint32_t n = 0;
-    for (uint32_t p = 0; p < r->cfg.n; p++)
-        v[n++] = p == r->cfg.id ? r->log_len : r->acked[p];
-    for (uint32_t a = 0; a < n; a++) { /* sort descending; n <= 7 */
-        for (uint32_t b = a + 1; b < n; b++) {
-            if (v[b] > v[a]) {
-                uint64_t t = v[a];
-                v[a] = v[b];
-                v[b] = t;
-            }
-        }
-    }
-    if (v[r->f] > r->commit)
-        r->commit = v[r->f];
+    uint64_t c = nop__quorum_point(r, r->log_len, r->acked);
+    if (c > r->commit)
+        r->commit = c;
 }
 
 /* ---- timers and dispatch ------------------------------------------------------- */
 
 static void tick(struct nop *r)
 {
+    if (cons_xfer_tick(&r->xfer, r->now) < 0) {
+        r->poisoned = 1;
+        return;
+    }
     if (r->status == NOP_RECOVERING) {
         nop__recover_tick(r);
         return;
@@ -962,6 +1055,10 @@ static int newer(struct nop_view a, struct nop_view b)
 static void on_replica_msg(struct nop *r, const struct nop_msg *m)
 {
     struct nop_view v = nop__unpack(m->term);
+    if (m->type == NOP_XFER) {
+        on_xfer(r, m); /* committed state: the same in every view */
+        return;
+    }
     if (r->status == NOP_RECOVERING) {
         if (m->type == NOP_RECOVERY_REP)
             nop__on_recovery_rep(r, m);
@@ -1028,6 +1125,22 @@ static void on_replica_msg(struct nop *r, const struct nop_msg *m)
     }
 }
 
+/* What every call does last: a durable leader's answers, a state to
+ * fetch or to release, the machine's stash and mark, the persists of the
+ * step, and (durable mode) the messages that wait for them. */
+static int end_of_step(struct nop *r)
+{
+    execute_committed(r);
+    maybe_fetch(r);
+    if (serve_bound(r) != CONS_XFER_SERVE_NONE)
+        cons_xfer_release(&r->xfer, serve_bound(r));
+    nop__stash_sync(r);
+    nop__mark(r);
+    nop__persist(r);
+    nop__hold(r);
+    return r->poisoned ? FK_EPOISONED : 0;
+}
+
 int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons_outbox **out)
 {
     cons_outbox_reset(&r->ob);
@@ -1050,9 +1163,7 @@ int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons
         cons_outbox_reset(&r->ob);
         return rc;
     }
-    nop__persist(r);
-    nop__hold(r);
-    return r->poisoned ? FK_EPOISONED : 0;
+    return end_of_step(r);
 }
 
 int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out)
@@ -1095,25 +1206,40 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     default:
         return FK_EINVAL;
     }
-    /* What this step committed reaches the disk before a checkpoint
-     * compacts it, so the disk's log still leads to the checkpoint and the
-     * checkpoint need not be persisted (nop_disk.c). */
+    /* What this step committed reaches the disk before compaction moves
+     * past it, so the disk's log still leads from its trim point
+     * (nop_disk.c). */
     nop__persist_entries(r);
-    /* A leader paused at its stop gap (nop__drain) resumes as soon as the
-     * checkpoint freed the ring, not at the next message. */
-    if (maybe_checkpoint(r) && nop__is_leader(r))
+    /* A leader paused at its stop gap (nop__drain) resumes as soon as
+     * compaction freed the ring, not at the next message. */
+    if (maybe_compact(r) && nop__is_leader(r))
         nop__drain(r);
     sync_eager(r);
-    nop__persist(r);
-    nop__hold(r);
-    return r->poisoned ? FK_EPOISONED : 0;
+    return end_of_step(r);
+}
+
+static int skip_row(void *arg, const struct cons_session *s)
+{
+    (void)arg;
+    (void)s;
+    return 0;
 }
 
 void nop_invariants(const struct nop *r)
 {
     assert(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
-    assert(r->snap <= r->executed && r->cp_len > 0);
-    assert(!r->cp_due || (!nop__is_leader(r) && !r->cfg.durable && r->executed <= r->commit));
+    assert(r->marked == r->executed || r->poisoned);
+    /* The machine's mark is this replica's executed slot and table clock
+     * (nop__mark, at the end of every step). */
+    if (r->marked == r->executed && !r->poisoned) {
+        uint64_t applied, clock;
+        struct nop *w = (struct nop *)r; /* load reads only */
+        int lrc = w->sm.ops->load(w->sm.impl, &applied, &clock, skip_row, NULL);
+        assert(lrc != 0 || (applied == r->executed && clock == r->ctab.ops));
+        (void)lrc;
+        (void)applied;
+        (void)clock;
+    }
     assert(r->durable <= r->next_cookie && r->pers_snap <= r->pers_upto);
     assert(r->held_n <= NOP_HELD_MAX && (r->held_n == 0 || r->cfg.durable));
     if (r->held_n) /* FIFO: released in cookie order */
@@ -1125,16 +1251,15 @@ void nop_invariants(const struct nop *r)
     assert(r->synced <= r->log_len || r->status != NOP_NORMAL);
     assert(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));
     assert(r->find_slot == 0 || (!nop__is_leader(r) && r->find_slot == r->log_len + 1));
-    if (nop__is_leader(r))
-        assert(r->executed == r->log_len);
-    if (r->pcp_slot && r->pcp_view == nop__pack(r->view) && nop__is_leader(r))
-        assert(r->snap < r->pcp_slot && r->pcp_slot <= r->executed);
+    if (nop__is_leader(r) && !nop__commit_only(r))
+        assert(r->executed == r->log_len || nop__needs_state(r));
     for (uint64_t i = r->snap + 1; i <= r->log_len; i++)
         assert(nop__ent(r, i)->kind == NOP_ENT_REQ || nop__ent(r, i)->kind == NOP_ENT_NOOP);
     /* The newest executed entries still hold what was executed (the whole
      * suffix is re-checked on every view entry, nop__check_executed). */
     uint64_t from = r->executed > r->snap + 8 ? r->executed - 8 : r->snap + 1;
-    for (uint64_t i = from; i <= r->executed; i++)
+    for (uint64_t i = from; i <= r->executed && r->status == NOP_NORMAL && !nop__commit_only(r);
+         i++)
         assert(*nop__sig(r, i) == nop__entry_hash(nop__ent(r, i)) ||
                (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC));
 }
@@ -1152,6 +1277,9 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->held_dropped = r->held_dropped;
     memcpy(st->syncs, r->syncs, sizeof st->syncs);
     st->stalls = r->stalls;
+    st->resets = r->resets;
+    st->undone = r->undone;
+    st->xfer = cons_xfer_stats(&r->xfer);
 }
 
 int nop_describe(const struct nop *r, char *buf, size_t cap)
@@ -1160,12 +1288,13 @@ int nop_describe(const struct nop *r, char *buf, size_t cap)
     int n = snprintf(buf, cap,
                      "%s view %u.%u%s log %" PRIu64 " commit %" PRIu64 " executed %" PRIu64
                      " synced %" PRIu64 " snap %" PRIu64 " sess_start %" PRIu64 " oum_next %" PRIu64
-                     " gap %" PRIu64 " find %" PRIu64 " pcp %" PRIu64
+                     " gap %" PRIu64 " find %" PRIu64 " fetching %d"
                      " stalled %d held %u durable %" PRIu64 "/%" PRIu64,
                      st[r->status <= NOP_RECOVERING ? r->status : 0], r->view.leader_num,
                      r->view.session, nop__is_leader(r) ? " leader" : "", r->log_len, r->commit,
                      r->executed, r->synced, r->snap, r->sess_start, expected(r), r->gap_slot,
-                     r->find_slot, r->pcp_slot, r->stalled, r->held_n, r->durable, r->next_cookie);
+                     r->find_slot, cons_xfer_active(&r->xfer), r->stalled, r->held_n, r->durable,
+                     r->next_cookie);
     for (uint32_t p = 0; nop__is_leader(r) && p < r->cfg.n && n >= 0 && (size_t)n < cap; p++) {
         if (p != r->cfg.id)
             n += snprintf(buf + n, cap - (size_t)n, " r%u acked %" PRIu64 "%s%s", p, r->acked[p],

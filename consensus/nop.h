@@ -44,40 +44,63 @@
  *  - Recovery (5.3.2, after Viewstamped Replication): a replica that
  *    restarts asks all replicas under a nonce and rejoins with the log of
  *    the leader of the newest view among f+1 answers.
- *  - Log compaction and state transfer: a replica checkpoints its state
- *    (state machine snapshot + client table) at a committed slot once a
- *    quarter of its log ring lies behind the last checkpoint. A follower
- *    outside durable mode compacts then without serialising, and
- *    serialises its (committed) state only when a checkpoint is needed:
- *    for its disk, at most once a ring, or when a view change starts. A
- *    leader, which executes ahead of the commit point, serialises its
- *    state at the slot it executed half a ring past its checkpoint and
- *    makes it its checkpoint once that slot commits (it pauses taking new
- *    messages only at three quarters of a ring, when f followers are that
- *    far behind).
- *    A follower behind the leader's checkpoint is confirmed by the hashes
- *    of the committed history (the last log_cap compacted slots) and gets
- *    entries the ring still holds; only one a whole ring behind receives
- *    the leader's checkpoint (STATE). View change, START-VIEW and recovery messages carry the
- *    sender's checkpoint and its log after it. A replica whose executed
- *    entries differ from a new view's log rolls back to its checkpoint and
- *    re-executes.
+ *  - State: the state machine (cons.h) holds the key-value pairs and the
+ *    client table's rows, and its mark is the slot this replica executed
+ *    (`executed`), set at the end of every step: a checkpoint is that
+ *    mark, never a serialised copy. The leader executes ahead of the
+ *    commit point (5.2.1) and the paper leaves its rollback to the
+ *    application: before executing a slot past the commit point it keeps
+ *    an undo record (the pair's previous value, the client's row, the row
+ *    an eviction removes, the table's clock; nop_undo.c), in memory and,
+ *    once a step, in the machine's stash (cons_sm_ops.stash_*) in the same
+ *    transaction as the machine's changes. A replica whose executed
+ *    entries differ from a new view's log (5.2.3) undoes them back to the
+ *    divergence and re-executes; a restarted leader rolls its machine
+ *    back to its committed prefix the same way. Only where no record
+ *    reaches (a machine of an earlier incarnation past what its disk can
+ *    show) is the machine emptied (a correct state at slot 0) and a state
+ *    fetched. Durable mode executes only committed slots, on every
+ *    replica: nothing to undo there.
+ *  - Log compaction: moving `snap` (the ring holds (snap, log_len]) once
+ *    half the ring is used, keeping the last quarter for replicas a little
+ *    behind, and never past a slot f+1 replicas executed (the leader
+ *    learns followers' executed slots from SYNC-REPLY and passes its bound
+ *    in SYNC): f replicas that lose their machines leave one that can
+ *    serve any state another needs. The compacted slots' hashes stay in a
+ *    committed history of log_cap rows.
+ *  - State transfer (cons_xfer.h): a replica whose machine is behind its
+ *    ring (executed < snap: it lost its disk, or a log from elsewhere
+ *    starts past what it holds) fetches a state at or past snap in chunks,
+ *    from a follower first, while it keeps logging and acknowledging (it
+ *    counts toward commits); it executes nothing until the state is in. A
+ *    sender serves a view of its machine once the view's index is
+ *    committed (a leader holds a view it took ahead of its commit point,
+ *    and closes those views when it undoes). A follower behind the
+ *    leader's snap is confirmed by the hashes of the committed history and
+ *    gets entries the ring still holds; one a whole ring behind is told to
+ *    fetch a state (STATE). VIEW-CHANGE, START-VIEW and RECOVERY-REPLY
+ *    carry the sender's log after its snap and its committed history's
+ *    hashes: a receiver whose own log holds the slots up to the sender's
+ *    snap confirms them by those hashes and executes them instead of
+ *    fetching a state.
  *
  * Persistence has two modes (nop_config.durable):
  *  - 0, the default: persistence is an optimisation, not a safety
  *    mechanism (the paper's replicas are diskless and so is its
- *    correctness argument, section 5.3.2): the core persists a
- *    checkpoint (SNAPSHOT, once its log on disk would outgrow a ring
- *    after the last one), COMMITTED log entries only (ENTRY, each written
- *    once its slot is committed, so every entry on disk is final and
- *    identical on every replica) and its view metadata (META: view, last
- *    normal view, session start). No acknowledgement waits for
- *    CONS_IN_PERSISTED: nothing a replica promised depends on its disk,
- *    because a restarted replica (NOP_START_RESTORED) always runs the
- *    recovery protocol before it acts again; its disk only spares the
- *    transfer of the checkpoint: its RECOVERY carries its restored
- *    committed prefix and the leader answers with the log after it,
- *    without a checkpoint, when that prefix covers the leader's checkpoint
+ *    correctness argument, section 5.3.2): the core persists COMMITTED
+ *    log entries only (ENTRY, each written once its slot is committed, so
+ *    every entry on disk is final and identical on every replica), a trim
+ *    point (SNAPSHOT: the log on disk starts after it, written once the
+ *    log on disk would outgrow a ring after the last one) and its view
+ *    metadata (META: view, last normal view, session start); the machine
+ *    writes its own state, mark and undo stash in the same transaction.
+ *    No acknowledgement waits for CONS_IN_PERSISTED: nothing a replica
+ *    promised depends on its disk, because a restarted replica
+ *    (NOP_START_RESTORED) always runs the recovery protocol before it acts
+ *    again; its disk only spares the transfer of the state: its machine,
+ *    rolled back to the committed prefix the disk shows, and the entries
+ *    after it; its RECOVERY carries that prefix and the leader answers
+ *    with the log after it when the prefix covers the leader's snap
  *    (nop_disk.c explains why that is safe). A group whose replicas all
  *    restart at once cannot serve again (recovery needs f+1 replicas in
  *    normal status), and operations acknowledged but not yet committed on
@@ -94,15 +117,18 @@
  *    recovering, so a group whose replicas ALL restart from disk serves
  *    again once f+1 of them are back, and no acknowledged operation is
  *    lost. A replica restarted EMPTY (lost disk) still recovers and holds
- *    no log until then. Costs: one message copy per message while its
- *    persists are pending, a held buffer as large as the outbox arena, a
- *    view change whenever a replica restarts from its disk, and the whole
- *    log rewritten to disk at each view change (nop_durable.c).
+ *    no log until then. Every replica, the leader too, executes a slot
+ *    only once it is committed, so a machine on disk never holds what a
+ *    view change could replace. Costs: one message copy per message while
+ *    its persists are pending, a held buffer as large as the outbox arena,
+ *    the leader's answer after the commit point moved (one more round of
+ *    syncs, which go out at every step in this mode), a view change
+ *    whenever a replica restarts from its disk, and the whole log
+ *    rewritten to disk at each view change (nop_durable.c).
  *
  * Limits of this implementation (documented, not hidden):
- *  - A checkpoint travels whole in one message, and view change messages
- *    carry up to a ring of entries: log_cap * CONS_WIRE_OP_MAX plus a
- *    checkpoint must fit CONS_MSG_MAX (checked at create).
+ *  - View change messages carry up to a ring of entries: log_cap *
+ *    NOP_WIRE_OP_MAX must fit CONS_MSG_MAX (checked at create).
  *  - Reads go through the log (linearizable).
  *  - No damping of view changes (unlike mpx's pre-vote): a replica that was
  *    cut off and timed out moves the group to a higher view when it is
@@ -114,6 +140,7 @@
 #define NOP_H
 
 #include "cons.h"
+#include "cons_xfer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -134,16 +161,18 @@ _Static_assert(NOP_OP_MAX + 6 <= NOP_RESULT_MAX, "a scan page holds a pair of th
 /* Test-only planted bugs, so the simulator proves its checkers can fail. */
 enum nop_bug {
     NOP_BUG_NO_GAP_AGREEMENT = 1u << 0,    /* a follower NO-OPs a dropped slot on its own */
-    NOP_BUG_FOLLOWER_EXEC = 1u << 1,       /* followers execute uncommitted entries */
+    NOP_BUG_FOLLOWER_EXEC = 1u << 1,       /* followers execute uncommitted entries, no rollback */
     NOP_BUG_RESTORE_NO_RECOVERY = 1u << 2, /* a restored replica resumes its persisted view */
-    NOP_BUG_REPLY_UNPERSISTED = 1u << 3,   /* durable mode: client replies leave before persisted */
+    NOP_BUG_REPLY_UNPERSISTED = 1u << 3,   /* durable mode: the leader answers at execution, and
+                                              client replies leave before persisted */
 };
 
 struct nop_config {
     uint32_t n, id;        /* 3..CONS_REPLICAS_MAX replicas, odd; this one */
     uint32_t log_cap;      /* log entries, 16..CONS_LOG_CAP_MAX, within CONS_MSG_MAX (above) */
     uint32_t clients_max;  /* client table rows */
-    size_t snapshot_max;   /* bytes of a state machine snapshot (checkpoints) */
+    uint32_t xfer_chunk;   /* bytes a state transfer chunk aims at, 1..1 MiB (cons_xfer.h) */
+    uint32_t xfer_window;  /* transfer chunks in flight, 1..CONS_XFER_WINDOW_MAX */
     size_t arena_bytes;    /* outbox arena; raised to hold one whole-log message */
     uint64_t heartbeat_ns; /* sync and retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */
@@ -163,7 +192,8 @@ struct nop_view {
 };
 
 /* Synchronization messages a leader sends a follower (nop.c send_sync):
- * hashes of entries it should hold, the entries, or its checkpoint. */
+ * hashes of entries it should hold, the entries, or, for one behind the
+ * leader's compacted history, word to fetch a state. */
 enum { NOP_SYNC_KIND_HASHES, NOP_SYNC_KIND_ENTRIES, NOP_SYNC_KIND_STATE };
 
 struct nop_stat {
@@ -176,26 +206,33 @@ struct nop_stat {
     uint64_t held_dropped; /* durable mode: messages dropped, the held ring full */
     uint64_t syncs[3];     /* leader: syncs sent, by NOP_SYNC_KIND_* */
     uint64_t stalls;       /* leader: times it stopped taking requests (ring 3/4 full) */
+    uint64_t resets;       /* machines emptied: executed entries left the log, no undo */
+    uint64_t undone;       /* rollbacks of speculative execution by undo records */
+    struct cons_xfer_stats xfer;
 };
 
 struct nop;
 
-/* Creates a replica applying to sm (borrowed for its lifetime), which must
- * be empty: its snapshot becomes the first checkpoint, at slot 0.
+/* Creates a replica applying to sm (borrowed for its lifetime): empty for
+ * START_FRESH and START_EMPTY, the machine as its disk holds it for
+ * START_RESTORED (nop_restore_meta reads its mark, rows and stash).
  * Allocates everything it will use. NULL with *err = FK_EINVAL (bad
- * config, or the empty state does not fit snapshot_max) or FK_ENOMEM. */
+ * config) or FK_ENOMEM. */
 struct nop *nop_create(const struct nop_config *cfg, struct cons_sm sm, int *err);
 void nop_destroy(struct nop *r);
 /* Restore persisted records (the bytes of persist items of that kind, as
  * the core emitted them; borrowed for the call) before
- * nop_start(NOP_START_RESTORED): META first, then the SNAPSHOT if the disk
- * holds one, then ENTRY records (each a run of consecutive entries) in
- * any order (entries inside the snapshot are ignored; a durable-mode disk may hold stale entries
- * beyond its persisted log length, which are ignored too, so pass them all). Returns 0,
- * FK_EMALFORMED (bad bytes, or a record of another group or replica), FK_EINVAL (called after
- * start; an entry beyond the ring after the snapshot), FK_EFULL (a snapshot over the configured
- * capacity). After any error the handle must be destroyed: restart EMPTY with a wiped disk instead.
- * Owner thread only. */
+ * nop_start(NOP_START_RESTORED): META first (which also reads the
+ * machine's mark, rows and undo stash), then the SNAPSHOT (the trim
+ * point) if the disk holds one, then ENTRY records (each a run of
+ * consecutive entries) in any order (entries at or below the trim point
+ * are ignored; a durable-mode disk may hold stale entries beyond its
+ * persisted log length, which are ignored too, so pass them all).
+ * Returns 0, FK_EMALFORMED (bad bytes, or a record of another group or
+ * replica, a machine whose rows or stash do not load), FK_EINVAL (called
+ * after start; an entry beyond the ring after the trim point), or the
+ * machine's storage error. After any error the handle must be destroyed:
+ * restart EMPTY with a wiped disk instead. Owner thread only. */
 int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len);
 int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len);

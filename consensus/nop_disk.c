@@ -13,18 +13,17 @@
  * What is persisted, and when (at the end of every step, never while
  * recovering, in this order so the driver's in-order durability keeps the
  * disk self-consistent):
- *  - SNAPSHOT: the checkpoint (client table + state machine), once the
- *    next committed entry would lie beyond a ring after the one on disk
- *    (a restore takes entries only within a ring after its snapshot), or
- *    when no entry on disk leads from the one on disk to it (an
- *    installed checkpoint). Not at every checkpoint: a checkpoint is the
- *    whole state (about 500 KB with 5,000 YCSB records), and persisting
- *    it copies it three times (outbox, LMDB page, page cache); this way
- *    it is about once a ring, and a restart replays at most a ring of
- *    entries. (A follower serialises its checkpoint only then, nop.c.)
- *    A checkpoint is always taken at a committed slot (nop.c) or
- *    installed from another replica's checkpoint, which is committed
- *    state too.
+ *  - the machine (cons.h): its pairs, client rows and mark (the executed
+ *    slot), and the undo stash of a leader's speculative executions
+ *    (nop_undo.c), written by the machine in the same transaction;
+ *  - SNAPSHOT: a trim point, the slot the log on disk starts after
+ *    (entries at or below it are dropped). Written once the next
+ *    committed entry would lie beyond a ring after the last trim point (a
+ *    restore takes entries only within a ring after it), or when the ring
+ *    restarted past the entries on disk (a transfer, a log from
+ *    elsewhere). It is snap, which is at or below the machine's mark,
+ *    unless the machine is behind its ring and fetching a state: a
+ *    restore then sees the mark below the trim point and fetches again.
  *  - ENTRY: each log slot once it is committed, exactly once, in runs:
  *    one record holds up to NOP_PERSIST_RUN consecutive committed slots
  *    and is keyed by the last of them (so a SNAPSHOT, which drops the
@@ -42,14 +41,17 @@
  *
  * Why no acknowledgement waits for durability (CONS_IN_PERSISTED): a
  * restarted replica never answers anything from its disk before it has run
- * recovery. What it restores is a committed prefix: the checkpoint and the
- * contiguous run of committed entries after it. That is state every
- * replica agrees on, so it is safe to hold whatever else happened.
+ * recovery. What it restores is a committed prefix: the machine (rolled
+ * back with its stashed undo records to what the disk's committed entries
+ * reach, or emptied where they do not reach it) and the contiguous run of
+ * committed entries after it. That is state every replica agrees on, so it
+ * is safe to hold whatever else happened.
  *
  * Transferring only what is missing: the RECOVERY request carries that
- * prefix (`have`, and the checkpoint index). The leader answering in
- * normal status sends, when have covers its own checkpoint and its log
- * fits the requester's ring, no checkpoint and only its log after `have`.
+ * prefix (`have`, and its trim point). The leader answering in normal
+ * status sends, when have covers its own snap and its log fits the
+ * requester's ring, only its log after `have` (else its whole ring, and
+ * the requester fetches a state if its machine is behind it).
  * Safety: the requester rejoins only with the log of the leader of the
  * newest view among f+1 other replicas (unchanged rule). Slot `have` was
  * committed in some view W, so f+1 replicas were in a view >= W and any
@@ -57,7 +59,7 @@
  * leader of V holds every slot committed before it at the same position:
  * its log up to `have` equals the requester's prefix, and the joined log
  * is exactly the leader's. A reply that cannot be joined (the requester
- * replaced its prefix with a full checkpoint meanwhile) is ignored, and
+ * took another leader's whole ring meanwhile) is ignored, and
  * later requests ask for everything (have = 0). */
 #include "nop_internal.h"
 
@@ -106,6 +108,17 @@ void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *
     put_entry_body(w, e);
 }
 
+int nop__persist_trim(struct nop *r, uint64_t index)
+{
+    struct cons_wbuf w;
+    nop__item_begin(r, &w);
+    cons_w_u32(&w, NOP_TRIM_MAGIC);
+    cons_w_u64(&w, index);
+    if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, index, &w) < 0)
+        return FK_EFULL;
+    return 0;
+}
+
 static void persist_meta(struct nop *r)
 {
     uint64_t meta[3] = {nop__pack(r->view), nop__pack(r->last_normal), r->sess_start};
@@ -125,7 +138,7 @@ static void persist_meta(struct nop *r)
 }
 
 /* Default mode: committed entries after what the disk holds, while its
- * log leads to the checkpoint (else the snapshot goes first, in
+ * log leads to the ring (else the trim point goes first, in
  * nop__persist) and fits a ring after its snapshot. */
 void nop__persist_entries(struct nop *r)
 {
@@ -160,19 +173,15 @@ void nop__persist(struct nop *r)
         return;
     }
     assert(r->pers_snap <= r->pers_upto);
-    /* The disk's prefix (pers_snap, then entries to pers_upto) still
-     * leads to the checkpoint when its entries reach it; the next entry
-     * must fit a ring after pers_snap. */
+    /* The disk's log (entries after pers_snap up to pers_upto) still leads
+     * to the ring when its entries reach snap; the next entry must fit a
+     * ring after pers_snap. Otherwise the disk's log restarts at snap
+     * (TRIM): the machine, written in the same transaction, is at or past
+     * it, or behind it and fetching (a restore then knows it). */
     int leads = r->pers_upto >= r->snap;
     int room = r->pers_upto < r->pers_snap + r->cfg.log_cap;
     if (r->snap > r->pers_snap && (!leads || !room)) {
-        nop__cp_fresh(r);
-        if (r->poisoned)
-            return;
-        struct cons_wbuf w;
-        nop__item_begin(r, &w);
-        cons_w_bytes(&w, r->cp, r->cp_len);
-        if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
+        if (nop__persist_trim(r, r->snap) < 0)
             return; /* the entries after it wait for it */
         r->pers_snap = r->snap;
         if (r->pers_upto < r->snap)
@@ -184,10 +193,25 @@ void nop__persist(struct nop *r)
 
 /* ---- restoring ----------------------------------------------------------- */
 
+/* The machine as the disk holds it: its rows and its mark, the state
+ * after `executed` (cons.h), checked against the log at start. */
+static int load_machine(struct nop *r)
+{
+    uint64_t applied;
+    int rc = cons_sm_load(&r->sm, &r->ctab, &applied);
+    if (rc < 0)
+        return rc == FK_EFULL || rc == FK_EMALFORMED ? FK_EMALFORMED : rc;
+    r->executed = r->marked = applied;
+    return nop__commit_only(r) ? 0 : nop__stash_restore(r);
+}
+
 int nop_restore_meta(struct nop *r, const uint8_t *buf, size_t len)
 {
     if (r->started)
         return FK_EINVAL;
+    int lrc = load_machine(r);
+    if (lrc < 0)
+        return lrc;
     struct cons_rbuf rd;
     cons_rbuf_init(&rd, buf, len);
     uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
@@ -219,16 +243,11 @@ int nop_restore_snapshot(struct nop *r, const uint8_t *buf, size_t len)
         return FK_EINVAL;
     struct cons_rbuf rd;
     cons_rbuf_init(&rd, buf, len);
+    uint32_t magic = cons_r_u32(&rd);
     uint64_t index = cons_r_u64(&rd);
-    cons_r_bytes(&rd, cons_r_u32(&rd));
-    cons_r_bytes(&rd, cons_r_u32(&rd));
-    if (cons_r_done(&rd) < 0)
+    if (cons_r_done(&rd) < 0 || magic != NOP_TRIM_MAGIC)
         return FK_EMALFORMED;
-    if (len > r->cp_cap)
-        return FK_EFULL;
-    if (nop__install(r, buf, len, index, 0) < 0)
-        return FK_EMALFORMED; /* the table or state may be half replaced */
-    r->synced = r->commit = r->log_len = index;
+    r->snap = r->synced = r->commit = r->log_len = index;
     return 0;
 }
 
@@ -265,13 +284,15 @@ int nop_restore_entry(struct nop *r, const uint8_t *buf, size_t len)
             return FK_EMALFORMED;
         if (slot > r->snap + r->cfg.log_cap)
             return FK_EINVAL;
-        if (slot > r->snap) { /* else inside the checkpoint already */
+        if (slot > r->snap) { /* else at or below the trim point */
             nop__entry_copy(nop__ent(r, slot), &e);
             /* Until start executes them, the signature slot marks a
              * restored entry with its own index (exec_sig starts zeroed,
              * nop_create). */
             *nop__sig(r, slot) = slot;
         }
+        if (slot > r->rest_hi)
+            r->rest_hi = slot;
         slot++;
     } while (rd.off < rd.len);
     return 0;
@@ -288,6 +309,27 @@ static void resume_without_recovery(struct nop *r)
     r->synced = r->log_len;
 }
 
+void nop__check_machine(struct nop *r, uint64_t upto)
+{
+    if (nop__needs_state(r))
+        return; /* behind the trim point: it fetches a state */
+    /* A leader's machine past its committed prefix goes back to it with
+     * the undo records it stashed (nop_undo.c). */
+    if (r->executed > upto && nop__undo_to(r, upto) < 0) {
+        if (!r->poisoned)
+            nop__reset_state(r);
+        return;
+    }
+    for (uint64_t s = r->snap + 1; s <= r->executed; s++) {
+        if (*nop__sig(r, s) != s) {
+            nop__reset_state(r);
+            return;
+        }
+    }
+    for (uint64_t s = r->snap + 1; s <= r->executed; s++)
+        *nop__sig(r, s) = nop__entry_hash(nop__ent(r, s));
+}
+
 int nop__start_restored(struct nop *r)
 {
     assert(r->meta_seen && r->started);
@@ -300,6 +342,10 @@ int nop__start_restored(struct nop *r)
      * committed prefix is committed state. */
     if (r->rest_log && have > r->rest_commit)
         have = r->rest_commit > r->snap ? r->rest_commit : r->snap;
+    /* The machine is committed state if the disk's committed entries
+     * reach its mark (a leader's machine may be past them: it executed
+     * speculatively, section 5.2.1, and cannot be checked). */
+    nop__check_machine(r, have);
     r->log_len = r->commit = r->synced = have;
     nop__execute_to(r, have, 0);
     /* The disk holds this much already. */

@@ -107,16 +107,14 @@ void nop__persist_durable(struct nop *r)
     struct cons_wbuf w;
     r->pers_done = 0;
     if (r->snap > r->pers_snap) {
-        nop__item_begin(r, &w);
-        cons_w_bytes(&w, r->cp, r->cp_len);
-        if (nop__item_end(r, CONS_PERSIST_SNAPSHOT, r->snap, &w) < 0)
+        if (nop__persist_trim(r, r->snap) < 0)
             return; /* what follows waits for it; the next step goes on */
         r->pers_snap = r->snap;
         if (r->pers_upto < r->snap)
             r->pers_upto = r->snap;
     }
     if (r->dirty_lo <= r->snap)
-        r->dirty_lo = r->snap + 1; /* inside the checkpoint now */
+        r->dirty_lo = r->snap + 1; /* compacted now */
     while (r->dirty_lo <= r->log_len) {
         if (r->ob.npersists + 2 > CONS_OUT_PERSIST_MAX)
             return; /* keep room for META; the rest goes in later steps */
@@ -162,12 +160,21 @@ int nop__start_from_log(struct nop *r)
             return FK_EMALFORMED; /* a hole: nop_restore_entry marks what it restored */
     }
     r->log_len = len;
+    r->pers_snap = r->snap; /* the disk's trim point */
     r->commit = r->rest_commit < r->snap ? r->snap : r->rest_commit;
+    /* The machine holds committed slots only (durable mode executes
+     * nothing else), possibly past META's commit point, which lags when a
+     * step's persists did not all fit. Its slots need no check (nothing
+     * it executed can be replaced), so the ring stays as the disk has it;
+     * the entries on disk for those slots may still be older copies that
+     * the view change replaces. Only a machine past the persisted log
+     * restarts the ring after it. */
+    if (!nop__needs_state(r) && r->executed > r->log_len)
+        r->snap = r->log_len = r->commit = r->executed;
     r->synced = r->commit;
     nop__execute_to(r, r->commit, 0);
-    r->pers_snap = r->snap;
     r->pers_upto = r->commit;
-    r->dirty_lo = len + 1; /* the disk holds this log */
+    r->dirty_lo = r->log_len + 1; /* the disk holds this log */
     r->view = r->rest_view;
     /* Point 3 above: never act in the persisted view again. */
     struct nop_view v = {r->view.leader_num + 1, r->view.session};

@@ -7,6 +7,7 @@
 
 #include "cons.h"
 #include "cons_wire.h"
+#include "cons_xfer.h"
 #include "nop.h"
 
 #include <stdint.h>
@@ -19,27 +20,28 @@ enum nop_type {
     NOP_GAP_RECV = 5,       /* term = view; log segment of one entry */
     NOP_GAP_COMMIT = 6,     /* term = view; u64 slot [, u64 lo: NO-OPs in lo..slot] */
     NOP_GAP_COMMIT_REP = 7, /* term = view; u64 slot */
-    NOP_SYNC = 8,           /* term = view; u64 commit, log segment */
-    NOP_SYNC_REP = 9,       /* term = view; u64 synced [, u64 NOP_SYNC_REP_* flags
-                               [, u64 asked: the first slot the answered message covered]] */
+    NOP_SYNC = 8,           /* term = view; u64 commit, log segment, u64 safe (compaction) */
+    NOP_SYNC_REP = 9,       /* term = view; u64 synced, u64 NOP_SYNC_REP_* flags, u64 asked:
+                               the first slot the answered message covered, u64 executed */
     NOP_VC_REQ = 10,        /* term = view */
     NOP_VC = 11,            /* term = view; u64 last_normal, u64 sess_start, u64 commit,
-                               checkpoint, log after it */
-    NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, checkpoint, log after it */
+                               the log after the sender's snap */
+    NOP_START_VIEW = 12,    /* term = view; u64 sess_start, u64 commit, the log after snap */
     NOP_RECOVERY = 13,      /* u64 nonce, u64 have, u64 snap (restored committed prefix) */
     NOP_RECOVERY_REP = 14,  /* term = view; u64 nonce, u8 leader, u64 sess_start, u64 commit,
-                               when leader: checkpoint and the log after it, or no checkpoint
-                               and the log after the requester's `have` (else empty) */
-    NOP_STATE = 15,    /* term = view; u64 sess_start, u64 commit, checkpoint (state transfer) */
-    NOP_SYNC_SIG = 16, /* term = view; u64 commit, u64 lo, u32 n, n x u64 nop__entry_hash */
-    NOP_OUM_FILL = 17, /* term = session; u64 msgnum (a number that holds no request, nop.h) */
+                               when leader: the log after its snap, or the log after the
+                               requester's `have` (else empty) */
+    NOP_STATE = 15,         /* term = view; u64 sess_start, u64 commit, u64 index: the leader
+                               compacted what this follower lacks up to index (fetch a state) */
+    NOP_SYNC_SIG = 16,      /* term = view; u64 commit, u64 lo, u32 n, n x u64 nop__entry_hash,
+                               u64 safe (compaction) */
+    NOP_OUM_FILL = 17,      /* term = session; u64 msgnum (a number that holds no request, nop.h) */
+    NOP_XFER = 18,          /* u8 kind, a state transfer message (cons_xfer.h) */
     NOP__TYPES
 };
 
 /* A log segment on the wire: u64 lo (first slot), u32 n, then n entries,
- * each u8 kind (NOP_ENT_*) and, for a request, the op. A checkpoint on the
- * wire: u32 len, then the blob (u64 index, u32 n, client table, u32 n,
- * state machine snapshot). */
+ * each u8 kind (NOP_ENT_*) and, for a request, the op. */
 enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 
 #define NOP_SYNC_ENTRIES 16  /* entries per SYNC message */
@@ -48,7 +50,7 @@ enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 #define NOP_SYNC_REP_DIFFERED 1u /* a SYNC_SIG hash differed from this log */
 #define NOP_SYNC_REP_FULL     2u /* the answer to a SYNC (entries) */
 /* OUM messages held while the next one is missing, or while a leader is
- * paused at its stop gap waiting for its checkpoint to commit (nop.c);
+ * paused at its stop gap waiting for the commit point to let it compact (nop.c);
  * one beyond is dropped, which costs a gap agreement and its client a
  * resend 100 ms later. At 112k ops/s a 1 ms pause is 112 messages: with
  * 64, every pause dropped dozens, and NOPaxos' YCSB-B p95 at 112k ops/s
@@ -72,12 +74,25 @@ struct nop_entry {
     struct cons_op op;
 };
 
+/* What executing one slot past the commit point changed (nop_undo.c). */
+enum { NOP_UNDO_NONE, NOP_UNDO_HELD, NOP_UNDO_ABSENT, NOP_UNDO_LOST };
+struct nop_undo {
+    uint64_t slot;            /* 0: none */
+    uint64_t clock;           /* the client table's before */
+    struct cons_session row;  /* the client's row before (req_no 0: none); id 0: no request */
+    struct cons_session gone; /* the row its apply evicted; id 0: none */
+    uint8_t pair;             /* NOP_UNDO_*: the pair's value before */
+    uint16_t klen;
+    uint32_t vlen;
+    uint8_t bytes[CONS_KEY_MAX + NOP_OP_MAX]; /* key, then the value before */
+};
+
 /* The committed history: the slot and entry hash of each of the last
- * log_cap slots compacted into a checkpoint, at (slot - 1) % log_cap. With
+ * log_cap slots compacted, at (slot - 1) % log_cap. With
  * it a leader confirms, by hashes, the log of a follower that fell behind
- * its checkpoint, and sends it entries that its ring still holds (the slot
+ * its snap, and sends it entries that its ring still holds (the slot
  * is not reused before log_len passes slot + log_cap), instead of the
- * whole checkpoint (send_sync). A follower a few milliseconds behind on a
+ * notice to fetch a state (send_sync). A follower a few milliseconds behind on a
  * busy machine used to get state transfers over and over: each one
  * cost it more time than it was behind. */
 struct nop_hist {
@@ -95,14 +110,18 @@ struct nop_msg {
     uint8_t type;
     uint32_t from;
     uint64_t term;
-    uint64_t u1, u2, u3; /* per type, see enum nop_type */
+    uint64_t u1, u2, u3, u4; /* per type, see enum nop_type */
     uint8_t flag;
     uint64_t lo; /* segment: first slot */
     uint32_t nents;
     struct cons_rbuf ents;
-    const uint8_t *cp; /* checkpoint blob */
-    uint32_t cp_len;
-    uint64_t cp_index; /* its index */
+    const uint8_t *body; /* XFER: the cons_xfer message */
+    uint32_t body_len;
+    /* VC, START_VIEW, RECOVERY_REP, STATE: the sender's committed history
+     * before its log, hashes of slots hlo.. (nop__put_hist). */
+    uint64_t hlo;
+    uint32_t hn;
+    struct cons_rbuf hashes;
 };
 
 struct nop {
@@ -115,24 +134,34 @@ struct nop {
 
     struct nop_view view, last_normal;
     /* The log is a ring of log_cap slots holding (snap, log_len]; slot i
-     * lives at (i - 1) % log_cap. Slots <= snap are compacted into the
-     * checkpoint: the state after executing them, always committed. */
+     * lives at (i - 1) % log_cap. Slots <= snap are compacted: committed,
+     * and in the state machine, whose mark is `executed` (nop.h,
+     * "State"). executed < snap: the machine is behind the ring and this
+     * replica fetches a state at or past snap (nop__needs_state). */
     struct nop_entry *log;
     uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
     struct nop_hist *hist; /* committed history, log_cap rows */
     uint64_t snap, log_len, sess_start, executed, commit, synced;
-    uint8_t *cp; /* checkpoint blob at snap, unless cp_due */
-    size_t cp_len, cp_cap;
-    /* A follower compacts without serialising (maybe_checkpoint): cp_due
-     * says cp is older than snap, and nop__cp_fresh serialises the state
-     * (committed: a follower executes nothing else) when a checkpoint is
-     * needed, for the disk or a view change. */
-    int cp_due;
-    /* A leader's next checkpoint, taken when it executed pcp_slot (not
-     * committed yet) in view pcp_view; 0 = none (maybe_checkpoint). */
-    uint8_t *pcp;
-    size_t pcp_len;
-    uint64_t pcp_slot, pcp_view;
+    uint64_t marked; /* the machine's mark as last set (nop__mark) */
+    /* State transfer, both ways (cons_xfer.h); resets: machines emptied
+     * because what they executed left the log (nop__check_executed). */
+    struct cons_xfer xfer;
+    uint64_t resets;
+    /* Undo records of slots executed past the commit point, at (slot - 1)
+     * % log_cap (nop_undo.c); undone: rollbacks done with them. */
+    struct nop_undo *undo;
+    struct cons_reply undo_get;
+    uint64_t undone;
+    /* The records also go to the machine's stash (cons.h), once per step
+     * for the slots it executed past the commit point (a batch keyed by
+     * its last slot), so that a restart rolls a leader's machine back to
+     * its committed prefix instead of losing it: stash_hi, the last slot
+     * stashed; stash_dropped, batches at or below it dropped; stash_reset,
+     * the stash no longer matches (a rollback, a new state): rewrite. */
+    uint64_t stash_hi, stash_dropped;
+    int stash_reset;
+    uint8_t *stash_buf;
+    size_t stash_cap;
 
     struct nop_oum *oum;    /* NOP_OUM_BUF, indexed by msgnum % NOP_OUM_BUF */
     uint64_t oum_drop_upto; /* every number up to this one not buffered was dropped */
@@ -151,6 +180,11 @@ struct nop {
      * no progress, or its prefix did not move between two heartbeats
      * (hb_acked), so it gets entries. */
     uint64_t acked[CONS_REPLICAS_MAX];
+    /* Compaction keeps the state available (nop.c, maybe_compact): a
+     * leader learns each follower's executed slot (exec_of, from SYNC_REP)
+     * and compacts, and lets followers compact (safe, in SYNC and
+     * SYNC_SIG), only up to a slot f+1 replicas have executed. */
+    uint64_t exec_of[CONS_REPLICAS_MAX], safe;
     uint64_t hb_acked[CONS_REPLICAS_MAX];
     uint8_t sync_out[CONS_REPLICAS_MAX], need_full[CONS_REPLICAS_MAX];
     /* Statistics (nop_stat): syncs sent by kind, and how often the leader
@@ -167,7 +201,7 @@ struct nop {
     int rec_have_leader;
     uint64_t rec_commit;
     /* Recovery from a restored disk (nop_disk.c): the committed prefix
-     * (checkpoint at snap, executed up to rec_base) is still in place while
+     * (the machine and entries up to rec_base) is still in place while
      * rec_base_ok; replies older than rec_floor (the persisted last normal
      * view) are ignored. */
     uint64_t rec_base;
@@ -175,8 +209,9 @@ struct nop {
     struct nop_view rec_floor;
 
     /* Persistence (nop_disk.c): cookies issued and reported durable; what
-     * the disk was asked to hold: the checkpoint at pers_snap, committed
-     * entries up to pers_upto, and the metadata last written. */
+     * the disk was asked to hold: entries after the trim point pers_snap
+     * (committed ones up to pers_upto in the default mode), and the
+     * metadata last written. */
     uint64_t next_cookie, durable;
     uint64_t pers_snap, pers_upto;
     uint64_t pers_meta[5]; /* the META fields as last written */
@@ -198,6 +233,8 @@ struct nop {
     int rest_log;
     struct nop_view rest_view;
     uint64_t rest_len, rest_commit;
+    /* Restore: the highest entry slot restored (rest_hi). */
+    uint64_t rest_hi;
 
     struct cons_reply reply;
     struct cons_op scratch_op;
@@ -262,8 +299,11 @@ void nop__send(struct nop *r, struct cons_wbuf *w, struct cons_addr to);
 void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1);
 /* Writes slots [lo, hi] of the log as a segment. */
 void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi);
-/* Writes the checkpoint blob (u32 len, bytes). */
-void nop__put_checkpoint(struct nop *r, struct cons_wbuf *w);
+/* Writes the committed history that leads to snap: u64 hlo, u32 n, then
+ * the hashes of slots hlo..snap that the history holds (at most log_cap).
+ * A replica whose log holds those slots but has not seen them committed
+ * confirms them with it instead of fetching a state (nop__restart_ring). */
+void nop__put_hist(struct nop *r, struct cons_wbuf *w);
 /* Reads the next entry of a validated segment. */
 void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e);
 void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep);
@@ -272,27 +312,69 @@ void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons
 uint32_t nop__leader_of(const struct nop *r, struct nop_view v);
 int nop__is_leader(const struct nop *r);
 void nop__execute_to(struct nop *r, uint64_t upto, int reply);
-/* Makes cp the checkpoint at snap again after a follower's lazy
- * compaction (cp_due): serialises the state at the executed slot and
- * compacts to it. Call before anything reads cp or pairs it with snap. */
-void nop__cp_fresh(struct nop *r);
+/* Durable mode executes only committed slots (nop.h, "State"); the planted
+ * bug NOP_BUG_REPLY_UNPERSISTED executes and answers at once instead, as
+ * the default mode does, before the disk. */
+static inline int nop__commit_only(const struct nop *r)
+{
+    return r->cfg.durable && !(r->cfg.bugs & NOP_BUG_REPLY_UNPERSISTED);
+}
+/* Whether the machine is behind the ring (executed < snap): it executes
+ * nothing and serves no state until a transfer brought one. */
+static inline int nop__needs_state(const struct nop *r)
+{
+    return r->executed < r->snap;
+}
+/* After a view's log replaced this replica's: if it no longer holds what
+ * the machine executed (speculatively, as an old leader), the machine is
+ * emptied (nop__reset_state) and the replica fetches a state. */
 void nop__check_executed(struct nop *r);
+/* Rolls the machine back to `target` (undo records; else emptied). */
+void nop__rollback(struct nop *r, uint64_t target);
+/* Empties the machine (a state at index 0, which is correct; there is no
+ * undo) and the client table with it. */
+void nop__reset_state(struct nop *r);
+/* The log from elsewhere starts after `index` > snap (a compacted prefix
+ * this replica may not hold): with keep_tail the log after index stays
+ * when it fits the ring, else it ends at index. Slots up to index this
+ * replica committed are executed and compacted; otherwise its ring starts
+ * after index and it needs a state (its machine emptied first when it
+ * executed past its commit point: unverifiable). */
+void nop__restart_ring(struct nop *r, uint64_t index, int keep_tail, const struct nop_msg *m);
 void nop__oum_clear(struct nop *r);
-/* Replaces the state with a checkpoint blob at `index` (framing validated
- * by the decoder): snap = executed = index, commit >= index. With
- * keep_tail the log after index stays when it fits the ring, else the log
- * ends at index. 0; FK_EMALFORMED when the blob is over the capacity, its
- * client table or its state machine snapshot is malformed (nothing
- * changed); FK_EPOISONED when the state machine failed otherwise (a
- * storage error: part of the state may be replaced). */
-int nop__install(struct nop *r, const uint8_t *blob, size_t len, uint64_t index, int keep_tail);
+/* The largest slot that f+1 replicas reached: this one at `mine`, replica
+ * p at theirs[p] (theirs[self] unused). */
+uint64_t nop__quorum_point(const struct nop *r, uint64_t mine, const uint64_t *theirs);
+/* Moves snap to `upto` (committed, executed, in the log): the slots it
+ * compacts go into the history first. */
+void nop__compact_to(struct nop *r, uint64_t upto);
 /* Whether the ring has room for slot `slot`. */
 int nop__fits(const struct nop *r, uint64_t slot);
 void nop__drain(struct nop *r);
 uint64_t nop__entry_hash(const struct nop_entry *e);
 
+/* nop_undo.c */
+int nop__undo_init(struct nop *r);
+void nop__undo_free(struct nop *r);
+/* Forgets every record (the machine was replaced). */
+void nop__undo_clear(struct nop *r);
+/* End of a step: brings the machine's stash up to the undo records. */
+void nop__stash_sync(struct nop *r);
+/* Restore: the stash's records back into the undo ring. 0 or an error of
+ * the machine (FK_EMALFORMED for bad bytes). */
+int nop__stash_restore(struct nop *r);
+/* Records what executing slot (past the commit point) will change. 0 or a
+ * storage error. */
+int nop__undo_capture(struct nop *r, uint64_t slot, const struct nop_entry *e);
+/* Rolls the machine and table back to `target` (< executed): 0, or
+ * FK_EINVAL when a slot after target has no record (it was executed
+ * before it was speculative, or by an earlier incarnation), nothing
+ * changed; FK_EPOISONED on storage errors. */
+int nop__undo_to(struct nop *r, uint64_t target);
+
 /* nop_disk.c */
 #define NOP_META_MAGIC     0x4d504f4eu /* "NOPM": META of the default mode */
+#define NOP_TRIM_MAGIC     0x54504f4eu /* "NOPT": the SNAPSHOT record: where the log starts */
 #define NOP_PERSIST_RUN    128         /* committed entries in one ENTRY record at most */
 #define NOP_META_LOG_MAGIC 0x4c504f4eu /* "NOPL": META of durable mode (nop_durable.c) */
 /* Queues persist items for what changed (never while recovering). */
@@ -305,6 +387,13 @@ void nop__item_begin(struct nop *r, struct cons_wbuf *w);
 int nop__item_end(struct nop *r, uint8_t kind, uint64_t index, const struct cons_wbuf *w);
 /* An ENTRY record: u64 slot, u8 kind, the op for a request. */
 void nop__put_entry(struct cons_wbuf *w, uint64_t slot, const struct nop_entry *e);
+/* The SNAPSHOT record: the log on disk starts after `index` (entries at or
+ * below it are dropped). FK_EFULL when it did not fit. */
+int nop__persist_trim(struct nop *r, uint64_t index);
+/* Restore: the machine (at `executed`) is kept when the restored entries
+ * (snap, executed] are all there and executed <= upto (their hashes
+ * become the executed signatures); else it is emptied. */
+void nop__check_machine(struct nop *r, uint64_t upto);
 /* NOP_START_RESTORED: rebuilds the committed prefix from the restored
  * records, then recovers (or, with the planted bug, does not); in durable
  * mode with a durable META, takes the whole log and changes view. 0 or

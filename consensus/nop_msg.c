@@ -35,23 +35,15 @@ static int take_segment(struct cons_rbuf *r, struct nop_msg *m)
     return r->err ? FK_EMALFORMED : 0;
 }
 
-/* Reads "u32 len, checkpoint blob" and validates the blob's framing. */
-static int take_cp(struct cons_rbuf *r, struct nop_msg *m)
+/* Reads "u64 hlo, u32 n, n x u64" (nop__put_hist). */
+static int take_hist(struct cons_rbuf *r, struct nop_msg *m)
 {
-    m->cp_len = cons_r_u32(r);
-    m->cp = cons_r_bytes(r, m->cp_len);
-    if (!m->cp)
+    m->hlo = cons_r_u64(r);
+    m->hn = cons_r_u32(r);
+    if (r->err || m->hn > CONS_LOG_CAP_MAX)
         return FK_EMALFORMED;
-    if (m->cp_len == 0) { /* none (a recovery reply from a follower) */
-        m->cp_index = 0;
-        return 0;
-    }
-    struct cons_rbuf b;
-    cons_rbuf_init(&b, m->cp, m->cp_len);
-    m->cp_index = cons_r_u64(&b);
-    cons_r_bytes(&b, cons_r_u32(&b));
-    cons_r_bytes(&b, cons_r_u32(&b));
-    return cons_r_done(&b);
+    m->hashes = *r;
+    return cons_r_bytes(r, (size_t)m->hn * 8) ? 0 : FK_EMALFORMED;
 }
 
 static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *op)
@@ -78,7 +70,8 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
     case NOP_SYNC_REP:
         m->u1 = cons_r_u64(r);
         m->u2 = r->off < r->len ? cons_r_u64(r) : 0; /* NOP_SYNC_REP_* flags */
-        m->u3 = r->off < r->len ? cons_r_u64(r) : 0; /* asked; 0 from an older replica */
+        m->u3 = cons_r_u64(r);                       /* asked */
+        m->u4 = cons_r_u64(r);                       /* executed */
         return m->u2 & ~(uint64_t)(NOP_SYNC_REP_DIFFERED | NOP_SYNC_REP_FULL) ? FK_EMALFORMED : 0;
     case NOP_SYNC_SIG:
         /* ents holds the n hashes, 8 bytes each (nop__sig_at). */
@@ -88,11 +81,14 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
         if (r->err || m->lo == 0 || m->nents > NOP_SYNC_SIGS)
             return FK_EMALFORMED;
         m->ents = *r;
-        return cons_r_bytes(r, (size_t)m->nents * 8) ? 0 : FK_EMALFORMED;
+        if (!cons_r_bytes(r, (size_t)m->nents * 8))
+            return FK_EMALFORMED;
+        m->u4 = cons_r_u64(r); /* safe */
+        return 0;
     case NOP_RECOVERY:
         m->u1 = cons_r_u64(r); /* nonce */
         m->u2 = cons_r_u64(r); /* have: restored committed prefix, 0 for none */
-        m->u3 = cons_r_u64(r); /* the requester's checkpoint index */
+        m->u3 = cons_r_u64(r); /* the requester's trim point */
         return m->u3 > m->u2 ? FK_EMALFORMED : 0;
     case NOP_VC_REQ:
         return 0;
@@ -100,29 +96,37 @@ static int decode_body(struct cons_rbuf *r, struct nop_msg *m, struct cons_op *o
         return take_segment(r, m) < 0 || m->nents != 1 ? FK_EMALFORMED : 0;
     case NOP_SYNC:
         m->u1 = cons_r_u64(r);
-        return take_segment(r, m);
+        if (take_segment(r, m) < 0)
+            return FK_EMALFORMED;
+        m->u4 = cons_r_u64(r); /* safe */
+        return 0;
     case NOP_VC:
         m->u3 = cons_r_u64(r); /* last normal view */
         /* fall through */
     case NOP_START_VIEW:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
-        if (take_cp(r, m) < 0 || take_segment(r, m) < 0 || m->lo != m->cp_index + 1)
-            return FK_EMALFORMED;
-        return 0;
+        return take_segment(r, m) < 0 ? FK_EMALFORMED : take_hist(r, m);
     case NOP_STATE:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
-        return take_cp(r, m);
+        m->u3 = cons_r_u64(r); /* the leader's snap */
+        return take_hist(r, m);
     case NOP_RECOVERY_REP:
         m->u1 = cons_r_u64(r);
         m->flag = cons_r_u8(r);
         m->u2 = cons_r_u64(r);
         m->u3 = cons_r_u64(r);
-        if (m->flag > 1 || take_cp(r, m) < 0 || take_segment(r, m) < 0 ||
-            (m->flag && m->cp_len && m->lo != m->cp_index + 1))
+        if (m->flag > 1 || take_segment(r, m) < 0 || take_hist(r, m) < 0)
             return FK_EMALFORMED;
         return 0;
+    case NOP_XFER:
+        /* The rest is the transfer's own message, which cons_xfer
+         * validates; at least its kind byte. */
+        m->body = r->p + r->off;
+        m->body_len = (uint32_t)(r->len - r->off);
+        r->off = r->len;
+        return m->body_len >= 1 ? 0 : FK_EMALFORMED;
     default:
         return FK_EMALFORMED; /* REPLY is for clients */
     }
@@ -189,7 +193,7 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
     cons_w_u64(w, lo);
     cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
     for (uint64_t i = lo; i <= hi && i <= r->snap; i++)
-        assert(nop__hist_entry(r, i)); /* below the checkpoint: still in the ring */
+        assert(nop__hist_entry(r, i)); /* below snap: still in the ring */
     for (uint64_t i = lo; i <= hi; i++) {
         const struct nop_entry *e = nop__ent(r, i);
         assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
@@ -199,11 +203,17 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
     }
 }
 
-void nop__put_checkpoint(struct nop *r, struct cons_wbuf *w)
+void nop__put_hist(struct nop *r, struct cons_wbuf *w)
 {
-    assert(!r->cp_due); /* nop__cp_fresh first: the caller pairs it with snap */
-    cons_w_u32(w, (uint32_t)r->cp_len);
-    cons_w_bytes(w, r->cp, r->cp_len);
+    uint64_t lo = r->snap + 1, h;
+    while (lo > 1 && r->snap - (lo - 1) < r->cfg.log_cap && nop__hist_hash(r, lo - 1, &h))
+        lo--;
+    cons_w_u64(w, lo);
+    cons_w_u32(w, (uint32_t)(r->snap + 1 - lo));
+    for (uint64_t s = lo; s <= r->snap; s++) {
+        nop__hist_hash(r, s, &h);
+        cons_w_u64(w, h);
+    }
 }
 
 void nop__reply(struct nop *r, uint64_t slot, int with_result, const struct cons_reply *rep)

@@ -27,8 +27,8 @@ static void send_vc(struct nop *r)
     cons_w_u64(&w, nop__pack(r->last_normal));
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    nop__put_checkpoint(r, &w);
     nop__put_segment(r, &w, r->snap + 1, r->log_len);
+    nop__put_hist(r, &w);
     nop__send(r, &w, cons_replica(nop__leader_of(r, r->view)));
 }
 
@@ -36,7 +36,9 @@ void nop__start_view_change(struct nop *r, struct nop_view v)
 {
     assert(r->status != NOP_RECOVERING);
     assert(v.leader_num >= r->view.leader_num && v.session >= r->view.session);
-    nop__cp_fresh(r); /* still a follower: its state is committed */
+    /* Views held for a transfer until their index commits (cons_xfer.h):
+     * what this replica executed past its commit point may now go. */
+    cons_xfer_close_above(&r->xfer, r->commit);
     r->view = v;
     r->status = NOP_VIEWCHANGE;
     r->vc_since = r->now;
@@ -70,14 +72,15 @@ static void send_start_view(struct nop *r, uint32_t to)
     nop__begin(r, &w, NOP_START_VIEW, nop__pack(r->view));
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    nop__put_checkpoint(r, &w);
     nop__put_segment(r, &w, r->snap + 1, r->log_len);
+    nop__put_hist(r, &w);
     nop__send(r, &w, cons_replica(to));
 }
 
 /* Enters a view in normal status with the current log (adopted or merged):
- * a new session restarts message numbers after the log; executed entries
- * that the log no longer holds are undone by re-execution. */
+ * a new session restarts message numbers after the log; a machine that
+ * executed entries the log no longer holds is emptied and fetches a state
+ * (nop__check_executed). */
 static void enter_view(struct nop *r, int leader)
 {
     r->status = NOP_NORMAL;
@@ -90,6 +93,7 @@ static void enter_view(struct nop *r, int leader)
     r->last_heard = r->now;
     nop__oum_clear(r);
     memset(r->acked, 0, sizeof r->acked);
+    memset(r->exec_of, 0, sizeof r->exec_of);
     memset(r->hb_acked, 0, sizeof r->hb_acked);
     memset(r->sync_out, 0, sizeof r->sync_out);
     memset(r->need_full, 0, sizeof r->need_full);
@@ -110,17 +114,18 @@ static void finish_view_change(struct nop *r)
     }
 }
 
-/* A sender's checkpoint is committed state: adopt it when this replica
- * has not committed that far, or when the sender's log would not fit this
- * ring. Returns 0 to go on with the message's entries, <0 to drop it. */
-static int adopt_checkpoint(struct nop *r, const struct nop_msg *m, int keep_tail)
+/* A sender's log starts after its snap (m->lo - 1), committed and
+ * compacted there: this replica's ring restarts there when it has not
+ * committed that far, or when the sender's log would not fit its ring
+ * (nop__restart_ring; it then needs a state). Returns 0 to go on with the
+ * message's entries, <0 to drop it. */
+static int adopt_start(struct nop *r, const struct nop_msg *m, int keep_tail)
 {
-    uint64_t end = m->lo + m->nents - 1;
+    uint64_t end = m->lo + m->nents - 1, start = m->lo - 1;
     if (m->nents > r->cfg.log_cap)
         return FK_EMALFORMED;
-    if (m->cp_len && m->cp_index > r->snap &&
-        (m->cp_index > r->commit || end > r->snap + r->cfg.log_cap))
-        return nop__install(r, m->cp, m->cp_len, m->cp_index, keep_tail);
+    if (start > r->snap && (start > r->commit || end > r->snap + r->cfg.log_cap))
+        nop__restart_ring(r, start, keep_tail, m);
     return end > r->snap + r->cfg.log_cap ? FK_EMALFORMED : 0;
 }
 
@@ -129,13 +134,17 @@ static int adopt_checkpoint(struct nop *r, const struct nop_msg *m, int keep_tai
  * else a request in any of them, up to the longest. Merging as messages
  * arrive gives the same result: the rule is associative. Slots at or below
  * this replica's commit point are committed and identical everywhere, so
- * only the rest is merged. Returns <0 when the sender's checkpoint could
- * not be adopted: its log was not merged, so it must not count. */
+ * only the rest is merged. Returns <0 when the sender's log could not be
+ * taken: it was not merged, so it must not count. Executed entries are
+ * checked after every merge, in the step that rewrote the log: in durable
+ * mode the rewritten entries reach the disk with that step, and a machine
+ * on disk must never pair with a log that no longer holds what it
+ * executed. */
 static int merge_vc(struct nop *r, const struct nop_msg *m)
 {
     struct nop_view ln = nop__unpack(m->u3);
     int cmp = nop__view_cmp(ln, r->vc_best);
-    int rc = adopt_checkpoint(r, m, 1);
+    int rc = adopt_start(r, m, 1);
     if (rc < 0 || cmp < 0) {
         nop__check_executed(r);
         return rc;
@@ -191,10 +200,10 @@ void nop__on_start_view(struct nop *r, const struct nop_msg *m)
     if (m->from != nop__leader_of(r, v) || v.leader_num < r->view.leader_num ||
         v.session < r->view.session || (r->status == NOP_NORMAL && nop__view_eq(v, r->view)))
         return;
-    if (adopt_checkpoint(r, m, 0) < 0)
+    if (adopt_start(r, m, 0) < 0)
         return;
-    /* The view's log: mine up to the sender's checkpoint (committed here,
-     * or just installed), the leader's after it. */
+    /* The view's log: mine up to the sender's snap (committed here, or
+     * compacted away), the leader's after it. */
     uint64_t end = m->lo + m->nents - 1;
     struct cons_rbuf rd = m->ents;
     struct nop_entry e;
@@ -244,10 +253,14 @@ void nop__recover_start(struct nop *r)
     memset(&r->rec_view, 0, sizeof r->rec_view);
     r->rec_next = r->now;
     /* What this replica holds is committed state (empty, or restored from
-     * its disk, nop_disk.c): a leader may send only what comes after it. */
+     * its disk, nop_disk.c): a leader may send only what comes after it.
+     * A machine behind its ring (a trimmed disk whose state went) has no
+     * prefix to offer: it asks for the leader's whole log. */
     r->rec_base = r->executed;
-    r->rec_base_ok = 1;
-    assert(r->executed == r->log_len);
+    r->rec_base_ok = !nop__needs_state(r);
+    if (nop__needs_state(r))
+        r->log_len = r->synced = r->commit = r->snap;
+    assert(r->executed == r->log_len || nop__needs_state(r));
     nop__recover_tick(r);
 }
 
@@ -268,7 +281,7 @@ void nop__recover_tick(struct nop *r)
     }
 }
 
-/* Whether the requester's committed prefix `have` (checkpoint at rsnap)
+/* Whether the requester's committed prefix `have` (trim point rsnap)
  * can be joined with this leader's log after it: the leader holds the
  * slots after have, and its log fits the requester's ring. */
 static int joinable(const struct nop *r, uint64_t have, uint64_t rsnap)
@@ -277,9 +290,9 @@ static int joinable(const struct nop *r, uint64_t have, uint64_t rsnap)
            r->log_len <= rsnap + r->cfg.log_cap;
 }
 
-/* Only a replica in normal status answers; the leader adds its log, and
- * its checkpoint unless the requester's restored prefix makes it useless
- * (nop_disk.c argues why that is safe). */
+/* Only a replica in normal status answers; the leader adds its log: after
+ * the requester's restored prefix when it can be joined (nop_disk.c
+ * argues why that is safe), else its whole ring. */
 void nop__on_recovery(struct nop *r, const struct nop_msg *m)
 {
     if (r->status != NOP_NORMAL)
@@ -291,39 +304,43 @@ void nop__on_recovery(struct nop *r, const struct nop_msg *m)
     cons_w_u8(&w, (uint8_t)leader);
     cons_w_u64(&w, r->sess_start);
     cons_w_u64(&w, r->commit);
-    if (leader && joinable(r, m->u2, m->u3)) {
-        cons_w_u32(&w, 0);
+    if (leader && joinable(r, m->u2, m->u3))
         nop__put_segment(r, &w, m->u2 + 1, r->log_len);
-    } else if (leader) {
-        nop__put_checkpoint(r, &w);
+    else if (leader)
         nop__put_segment(r, &w, r->snap + 1, r->log_len);
-    } else {
-        cons_w_u32(&w, 0);
+    else
         nop__put_segment(r, &w, 1, 0);
-    }
+    nop__put_hist(r, &w);
     nop__send(r, &w, cons_replica(m->from));
 }
 
 /* The leader's log replaces whatever a previous (older) leader reply gave:
- * with its checkpoint, everything; without one, the log after this
- * replica's committed prefix, which must still be in place. */
+ * either the log after this replica's committed prefix (still in place),
+ * or the leader's whole ring, after its snap. With the whole ring the
+ * ring restarts at the leader's snap: a machine behind it needs a state
+ * (nop__needs_state); one past it holds a committed prefix, whose slots
+ * the leader's log holds identically (nop_disk.c), so they count as
+ * executed. */
 static int take_leader_log(struct nop *r, const struct nop_msg *m)
 {
     struct cons_rbuf rd = m->ents;
-    if (m->cp_len) {
-        if (nop__install(r, m->cp, m->cp_len, m->cp_index, 0) < 0)
-            return FK_EPOISONED;
-        r->rec_base_ok = 0; /* later requests ask for everything */
-    } else {
-        if (!r->rec_base_ok || m->lo != r->rec_base + 1 ||
-            r->rec_base + m->nents > r->snap + r->cfg.log_cap)
-            return FK_EPROTO; /* cannot be joined: wait for a whole log */
+    uint64_t start = m->lo - 1, end = start + m->nents;
+    if (r->rec_base_ok && start == r->rec_base && end <= r->snap + r->cfg.log_cap) {
         assert(r->executed == r->rec_base);
         r->log_len = r->rec_base;
+    } else {
+        if (r->executed > end)
+            return FK_EPROTO; /* an older leader's shorter log: wait for another */
+        r->snap = r->log_len = r->synced = start;
+        if (r->commit < start)
+            r->commit = start;
+        r->rec_base_ok = 0; /* later requests ask for everything */
     }
     nop__touch(r, r->log_len + 1);
     for (uint32_t i = 0; i < m->nents; i++)
         nop__entry_next(&rd, nop__ent(r, ++r->log_len));
+    for (uint64_t i = r->snap + 1; i <= r->executed; i++)
+        *nop__sig(r, i) = nop__entry_hash(nop__ent(r, i));
     return 0;
 }
 
@@ -344,7 +361,7 @@ void nop__on_recovery_rep(struct nop *r, const struct nop_msg *m)
         r->sess_start = m->u2;
         r->rec_commit = m->u3 < r->log_len ? m->u3 : r->log_len;
         if (r->rec_commit < r->executed)
-            r->rec_commit = r->executed; /* the checkpoint or restored prefix: committed */
+            r->rec_commit = r->executed; /* the restored prefix: committed */
         r->rec_leader_view = v;
         r->rec_have_leader = 1;
     }

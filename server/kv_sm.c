@@ -310,6 +310,42 @@ static int kv__mark(void *impl, uint64_t applied, uint64_t clock)
     return kv_meta_put(sm->store, KV_SM_MARK_KEY, b, sizeof b);
 }
 
+/* The core's stash lives in the store's undo database (kv_store.h), in
+ * the batch's write transaction like everything else here. */
+static int kv__stash_put(void *impl, uint64_t key, const uint8_t *buf, size_t len)
+{
+    struct kv_sm *sm = impl;
+    return kv_undo_put(sm->store, key, buf, len);
+}
+
+static int kv__stash_drop(void *impl, uint64_t lo, uint64_t hi)
+{
+    struct kv_sm *sm = impl;
+    return kv_undo_del(sm->store, lo, hi);
+}
+
+struct kv__stash_visit {
+    cons_stash_fn fn;
+    void *arg;
+};
+
+static int kv__stash_one(void *arg, const void *key, size_t klen, const void *val, size_t vlen)
+{
+    const struct kv__stash_visit *v = arg;
+    uint64_t k;
+    if (klen != sizeof k)
+        return FK_EMALFORMED;
+    memcpy(&k, key, sizeof k);
+    return v->fn(v->arg, k, val, vlen);
+}
+
+static int kv__stash_load(void *impl, cons_stash_fn fn, void *arg)
+{
+    struct kv_sm *sm = impl;
+    struct kv__stash_visit v = {fn, arg};
+    return kv_undo_scan(sm->store, kv__stash_one, &v);
+}
+
 /* Decodes the mark a kv_meta_get or kv_view_meta_get returned (rc, b,
  * len): absent is 0, 0. */
 static int kv__mark_decode(int rc, const uint8_t *b, size_t len, uint64_t *applied, uint64_t *clock)
@@ -767,6 +803,9 @@ static const struct cons_sm_ops kv__sm_ops = {
     .install_chunk = kv__install_chunk,
     .install_commit = kv__install_commit,
     .install_abort = kv__install_abort,
+    .stash_put = kv__stash_put,
+    .stash_drop = kv__stash_drop,
+    .stash_load = kv__stash_load,
     .snapshot = kv__snapshot,
     .install = kv__install,
 };

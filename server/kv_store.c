@@ -17,9 +17,18 @@
 /* The databases. Set k's data and clients are KV_DB_DATA + 2k and
  * KV_DB_CLIENTS + 2k (kv__dbi); set 0 keeps the names older environments
  * have. */
-enum { KV_DB_LOG, KV_DB_META, KV_DB_DATA, KV_DB_CLIENTS, KV_DB_DATA1, KV_DB_CLIENTS1, KV_DB_COUNT };
-static const char *const kv__db_names[KV_DB_COUNT] = {"log",     "meta",   "data",
-                                                      "clients", "data.1", "clients.1"};
+enum {
+    KV_DB_LOG,
+    KV_DB_META,
+    KV_DB_DATA,
+    KV_DB_CLIENTS,
+    KV_DB_DATA1,
+    KV_DB_CLIENTS1,
+    KV_DB_UNDO,
+    KV_DB_COUNT
+};
+static const char *const kv__db_names[KV_DB_COUNT] = {"log",    "meta",      "data", "clients",
+                                                      "data.1", "clients.1", "undo"};
 _Static_assert(KV_DB_DATA1 == KV_DB_DATA + 2 && KV_DB_CLIENTS1 == KV_DB_CLIENTS + 2,
                "set k's databases are set 0's plus 2k");
 
@@ -124,7 +133,7 @@ static int kv__open_dbs(struct kv_store *s)
         return kv__err("open: begin", rc);
     for (int i = 0; i < KV_DB_COUNT; i++) {
         unsigned flags = MDB_CREATE;
-        if (i == KV_DB_LOG || i == KV_DB_CLIENTS || i == KV_DB_CLIENTS1)
+        if (i == KV_DB_LOG || i == KV_DB_CLIENTS || i == KV_DB_CLIENTS1 || i == KV_DB_UNDO)
             flags |= MDB_INTEGERKEY;
         rc = mdb_dbi_open(txn, kv__db_names[i], flags, &s->dbi[i]);
         if (rc != 0) {
@@ -531,16 +540,22 @@ static int kv__log_delete_from(struct kv_store *s, MDB_cursor *c, MDB_cursor_op 
     return rc == MDB_NOTFOUND || rc == EINVAL ? 0 : rc;
 }
 
-static int kv__log_delete(struct kv_store *s, MDB_cursor_op first, uint64_t from, uint64_t below,
-                          const char *what)
+static int kv__range_delete(struct kv_store *s, int db, MDB_cursor_op first, uint64_t from,
+                            uint64_t below, const char *what)
 {
     if (s->wtxn == NULL)
         return FK_EINVAL;
     MDB_cursor *c;
-    int rc = kv__cursor(s, s->wtxn, KV_DB_LOG, &c);
+    int rc = kv__cursor(s, s->wtxn, db, &c);
     if (rc == 0)
         rc = kv__log_delete_from(s, c, first, from, below);
     return rc ? kv__write_failed(s, what, rc) : 0;
+}
+
+static int kv__log_delete(struct kv_store *s, MDB_cursor_op first, uint64_t from, uint64_t below,
+                          const char *what)
+{
+    return kv__range_delete(s, KV_DB_LOG, first, from, below, what);
 }
 
 int kv_log_trim(struct kv_store *s, uint64_t below)
@@ -551,6 +566,19 @@ int kv_log_trim(struct kv_store *s, uint64_t below)
 int kv_log_truncate(struct kv_store *s, uint64_t from)
 {
     return kv__log_delete(s, MDB_SET_RANGE, from, UINT64_MAX, "log truncate");
+}
+
+int kv_undo_put(struct kv_store *s, uint64_t key, const void *rec, size_t len)
+{
+    MDB_val k = {.mv_size = sizeof key, .mv_data = &key};
+    return kv__put(s, KV_DB_UNDO, 0, &k, rec, len, 0, "undo put");
+}
+
+int kv_undo_del(struct kv_store *s, uint64_t lo, uint64_t hi)
+{
+    /* Keys are log slots: UINT64_MAX is never one. */
+    uint64_t below = hi == UINT64_MAX ? UINT64_MAX : hi + 1;
+    return kv__range_delete(s, KV_DB_UNDO, MDB_SET_RANGE, lo, below, "undo del");
 }
 
 /* --- reads ------------------------------------------------------------- */
@@ -695,6 +723,13 @@ int kv_data_scan(struct kv_store *s, const void *start, size_t slen, uint32_t ma
     MDB_val k = {.mv_size = slen, .mv_data = (void *)start};
     /* An empty start key means "from the first key". */
     return kv__scan(s, KV_DB_DATA, slen ? &k : NULL, max, fn, arg);
+}
+
+int kv_undo_scan(struct kv_store *s, kv_visit_fn fn, void *arg)
+{
+    if (fn == NULL)
+        return FK_EINVAL;
+    return kv__scan(s, KV_DB_UNDO, NULL, UINT32_MAX, fn, arg);
 }
 
 int kv_client_scan(struct kv_store *s, kv_visit_fn fn, void *arg)

@@ -131,6 +131,13 @@ int kv_log_put(struct kv_store *s, uint64_t index, const void *entry, size_t len
 int kv_log_trim(struct kv_store *s, uint64_t below);
 /* Deletes every log entry with index >= from (a new leader's log wins). */
 int kv_log_truncate(struct kv_store *s, uint64_t from);
+/* The undo database: a core's stash (consensus/cons.h, stash_*), u64
+ * keys. put replaces; del removes keys in [lo, hi]; scan visits in key
+ * order (kv_visit_fn's key is the u64). Write ones need the write
+ * transaction. */
+int kv_undo_put(struct kv_store *s, uint64_t key, const void *rec, size_t len);
+int kv_undo_del(struct kv_store *s, uint64_t lo, uint64_t hi);
+
 int kv_meta_put(struct kv_store *s, const char *name, const void *val, size_t len);
 int kv_data_put(struct kv_store *s, const void *key, size_t klen, const void *val, size_t vlen);
 /* FK_ENOTFOUND when absent (the transaction stays open and usable). */
@@ -182,6 +189,8 @@ int kv_log_bounds(struct kv_store *s, uint64_t *first, uint64_t *last);
  * during the call. Return 0 to continue, 1 to stop, < 0 to stop with that
  * error (returned by the scan). */
 typedef int (*kv_visit_fn)(void *arg, const void *key, size_t klen, const void *val, size_t vlen);
+/* The undo database's records in key order (kv_undo_put). */
+int kv_undo_scan(struct kv_store *s, kv_visit_fn fn, void *arg);
 
 /* Visits up to max pairs with key >= start in key order (memcmp order,
  * shorter first on a common prefix). start may be NULL (from the first key).

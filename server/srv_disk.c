@@ -124,14 +124,11 @@ static int check_proto(struct srv_disk *d, int has_meta, int *same)
  * (applied 0, clock 0) and END (no sessions, no pairs). */
 static int empty_sm(struct srv_disk *d)
 {
-    static const uint8_t empty_state[34] = {CONS_SNAP_HEAD, [17] = CONS_SNAP_END};
-    return cons_sm_restore(&d->sm, empty_state, sizeof empty_state);
+    return cons_sm_empty(&d->sm);
 }
 
 /* The open's transaction: protocol check, wipe without META, and an empty
- * state machine wherever the core will not take it as it is: a core that
- * rebuilds it from its own records (cons_core_ops.sm_durable 0), or a
- * disk without a complete state. */
+ * state machine where the disk holds no complete state. */
 static int prepare(struct srv_disk *d)
 {
     uint8_t proto = (uint8_t)d->proto;
@@ -144,7 +141,7 @@ static int prepare(struct srv_disk *d)
         rc = kv_meta_put(d->store, SRV_DISK_PROTO_KEY, &proto, 1);
     if (rc == 0 && mlen == 0)
         rc = wipe_records(d);
-    if (rc == 0 && (mlen == 0 || !cons_core_ops_of(d->proto)->sm_durable))
+    if (rc == 0 && mlen == 0)
         rc = empty_sm(d);
     if (rc == 0)
         return kv_write_commit(d->store);

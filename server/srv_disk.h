@@ -19,18 +19,13 @@
  * The state machine's own records (kv_sm.h: pairs, client rows, the mark)
  * are written by the machine in the same transactions as these, so the
  * disk always holds the machine's state at its mark beside the log that
- * leads past it (consensus/cons.h). What a restart does with them depends
- * on the core (cons_core_ops.sm_durable):
- *   - Multi-Paxos (sm_durable 1) keeps the machine as it is: restore hands
- *     it META, the SNAPSHOT record and the log, and its start reads the
- *     mark and the rows back and keeps only the entries after the mark.
- *     Restart time is the log window and the client table, not the data
- *     (`make bench-capacity` measures it against a 1,000-record replica).
- *   - NOPaxos (sm_durable 0, until it streams) rebuilds the machine from
- *     its checkpoint and log (nop_create requires an empty machine), so
- *     srv_disk_open empties the machine first (an empty stream through
- *     its install, so kv_sm's byte count stays right); restart cost is
- *     O(state) there.
+ * leads past it (consensus/cons.h). A restart keeps the machine as it is:
+ * restore hands the core META, the SNAPSHOT record (where its log starts)
+ * and the log; the core reads the mark and the rows back (NOPaxos also its
+ * undo stash, to roll a leader's machine back to its committed prefix)
+ * and keeps only the entries after the mark. Restart time is the log
+ * window and the client table, not the data (`make bench-capacity`
+ * measures it against a 1,000-record replica).
  * A disk without META (a first start, or a replica that lost its disk)
  * holds no complete state: srv_disk_open wipes the cons records and
  * empties the machine for either core.

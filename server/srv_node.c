@@ -479,7 +479,6 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
                                  .id = n->id,
                                  .clients_max = n->proto == CONS_PROTO_MPX ? SRV_MPX_CLIENTS_MAX
                                                                            : SRV_CLIENTS_MAX,
-                                 .snapshot_max = SRV_SNAPSHOT_MAX,
                                  .arena_bytes = CONS_MSG_MAX + (1u << 20),
                                  .heartbeat_ns = 20 * FK_NSEC_PER_MSEC,
                                  .xfer_chunk = n->o.cluster.transfer_chunk,

@@ -34,16 +34,12 @@
 #define SRV_BATCH           64                            /* inputs per LMDB transaction at most */
 #define SRV_DRAIN_NS        (2ULL * 1000000000ULL) /* SIGTERM: longest wait for in-flight work */
 
-/* Core settings, documented limits (README "Limits"). Multi-Paxos keeps
- * its state in LMDB and moves it in chunks (consensus/cons_xfer.h): its
- * data is bounded by the quota and the map, as etcd's by its backend
- * quota (2 GiB by default). A NOPaxos checkpoint still travels whole in
- * one message (consensus/cons.h CONS_MSG_MAX), which bounds what a
- * NOPaxos group can hold. */
-#define SRV_SNAPSHOT_MAX  (1536u << 10)          /* NOPaxos: bytes of a state machine snapshot */
-#define SRV_QUOTA_BYTES   (2ULL << 30)           /* Multi-Paxos: default replicated quota */
-#define SRV_NOP_QUOTA_MAX (SRV_SNAPSHOT_MAX - 4) /* NOPaxos: default and most (kv_sm.h) */
-#define SRV_QUOTA_MAX     (1ULL << 40)           /* Multi-Paxos: the most a cluster file may set */
+/* Core settings, documented limits (README "Limits"). Both protocols
+ * keep their state in LMDB and move it in chunks
+ * (consensus/cons_xfer.h): data is bounded by the quota and the map, as
+ * etcd's by its backend quota (2 GiB by default). */
+#define SRV_QUOTA_BYTES (2ULL << 30) /* default replicated quota */
+#define SRV_QUOTA_MAX   (1ULL << 40) /* the most a cluster file may set */
 /* A replica's LMDB map must hold the data twice (a state transfer stages
  * the new state beside the old until it switches, cons.h), the pages a
  * sender's open view keeps from reuse while writes go on (a quarter of the

@@ -186,15 +186,11 @@ static int srv__override(const struct srv__flags *f, struct srv_opts *o, char *e
 static int srv__limits(struct srv_opts *o, const char *config, uint64_t map_flag, char *err,
                        size_t cap)
 {
-    int nop = o->cluster.protocol == FK_PROTO_NOPAXOS;
-    uint64_t most = nop ? SRV_NOP_QUOTA_MAX : SRV_QUOTA_MAX;
-    o->quota = o->cluster.quota ? o->cluster.quota : nop ? SRV_NOP_QUOTA_MAX : SRV_QUOTA_BYTES;
+    uint64_t most = SRV_QUOTA_MAX;
+    o->quota = o->cluster.quota ? o->cluster.quota : SRV_QUOTA_BYTES;
     if (o->quota > most) {
-        snprintf(err, cap,
-                 "%s: quota %llu bytes: %s holds at most %llu in this version%s (README, Limits)",
-                 config, (unsigned long long)o->quota, nop ? "nopaxos" : "multipaxos",
-                 (unsigned long long)most,
-                 nop ? " (its checkpoint still travels whole in one message)" : "");
+        snprintf(err, cap, "%s: quota %llu bytes: a cluster holds at most %llu (README, Limits)",
+                 config, (unsigned long long)o->quota, (unsigned long long)most);
         return FK_ECONFIG;
     }
     uint64_t need = SRV_MAP_NEED(o->quota);

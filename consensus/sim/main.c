@@ -237,13 +237,11 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
                t.failovers, t.oum, t.fills);
     if (proto == SIM_NOP && a->durable)
         printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
-    if (proto == SIM_MPX)
-        printf("\n  state transfers: %" PRIu64 " completed (%" PRIu64
-               " in more than one chunk), %" PRIu64 " chunks, %" PRIu64 " resent, %" PRIu64
-               " sender switches, %" PRIu64 " receivers and %" PRIu64
-               " senders crashed mid-transfer",
-               t.xfers, t.xfers_multi, t.xfer_chunks, t.xfer_resent, t.xfer_switches, t.xfer_rc,
-               t.xfer_sc);
+    printf("\n  state transfers: %" PRIu64 " completed (%" PRIu64
+           " in more than one chunk), %" PRIu64 " chunks, %" PRIu64 " resent, %" PRIu64
+           " sender switches, %" PRIu64 " receivers and %" PRIu64 " senders crashed mid-transfer",
+           t.xfers, t.xfers_multi, t.xfer_chunks, t.xfer_resent, t.xfer_switches, t.xfer_rc,
+           t.xfer_sc);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
            cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
     return t.failed;

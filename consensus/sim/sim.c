@@ -199,18 +199,28 @@ static void blob_clear(struct blob *b);
                      (size_t)SIM_KEYS_MAX * (CONS_KEY_MAX + KV_MEM_VAL_MAX)) +                     \
      CONS_SNAP_RECORD_MAX)
 
+/* The most a core's stash holds here: a NOPaxos leader's undo records,
+ * one per slot of its log ring at most. */
+#define SIM_STASH_MAX (4u << 20)
+
 /* After a step of a core whose state lives in its machine: if the machine
  * changed, its image joins the queued disk work (the server writes the
  * machine's changes in the batch's transaction). */
 static void queue_sm_image(struct world *w, struct rep *r)
 {
-    if (!r->core.ops->sm_durable || kv_mem_version(r->kv) == r->sm_version)
+    if (kv_mem_version(r->kv) == r->sm_version)
         return;
     size_t len;
     struct cons_sm sm = kv_mem_sm(r->kv);
-    if (cons_sm_save(&sm, w->sm_img, SIM_SM_IMAGE_MAX, &len) < 0)
+    /* The stream, then the core's stash (which the stream leaves out):
+     * u32 stream length first. */
+    size_t slen;
+    if (cons_sm_save(&sm, w->sm_img + 4, SIM_SM_IMAGE_MAX, &len) < 0 ||
+        kv_mem_stash_save(r->kv, w->sm_img + 4 + len, SIM_STASH_MAX, &slen) < 0)
         abort(); /* sized for the simulator's largest state */
-    blob_set(&r->sm_queued, w->sm_img, (uint32_t)len, 0);
+    uint32_t l32 = (uint32_t)len;
+    memcpy(w->sm_img, &l32, 4);
+    blob_set(&r->sm_queued, w->sm_img, (uint32_t)(4 + len + slen), 0);
     r->sm_version = kv_mem_version(r->kv);
 }
 
@@ -345,7 +355,6 @@ static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
     c->n = w->n;
     c->id = i;
     c->clients_max = SIM_CLIENTS_MAX;
-    c->snapshot_max = kv_mem_snapshot_max(SIM_KEYS_MAX);
     c->heartbeat_ns = 20 * MS;
     c->election_ns = 100 * MS;
     /* Chunks of a few records (cons_sm_ops.snap_read sends at least
@@ -412,9 +421,13 @@ static void boot(struct world *w, uint32_t i, enum cons_start_mode mode)
     if (!r->kv)
         abort();
     struct cons_sm sm = kv_mem_sm(r->kv);
-    if (w->ops->sm_durable && mode == CONS_START_RESTORED && r->sm_disk.buf &&
-        cons_sm_restore(&sm, r->sm_disk.buf, r->sm_disk.len) < 0)
-        sim__fail(w, "replica %u: its state machine image does not install", i);
+    if (mode == CONS_START_RESTORED && r->sm_disk.buf) {
+        uint32_t l32;
+        memcpy(&l32, r->sm_disk.buf, 4);
+        if (cons_sm_restore(&sm, r->sm_disk.buf + 4, l32) < 0 ||
+            kv_mem_stash_restore(r->kv, r->sm_disk.buf + 4 + l32, r->sm_disk.len - 4 - l32) < 0)
+            sim__fail(w, "replica %u: its state machine image does not install", i);
+    }
     r->sm_version = kv_mem_version(r->kv);
     if (cons_core_create(&r->core, w->ops, &cfg, sm) < 0)
         abort(); /* out of memory or a bad constant: the run cannot go on */
@@ -461,11 +474,21 @@ static void crash(struct world *w, uint32_t i)
     blob_clear(&r->sm_queued);
 }
 
+/* Replicas without a whole copy of the data: down, recovering, or still
+ * fetching a state (cons_xfer.h; a replica that lost its disk has its log
+ * back once it recovered, but its data only once the transfer is in). A
+ * crash is scheduled only while fewer than f are. */
 static uint32_t down_count(struct world *w)
 {
     uint32_t d = 0;
-    for (uint32_t i = 0; i < w->n; i++)
-        d += !w->reps[i].up || status_of(w, i).role == CONS_ROLE_RECOVERING;
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up) {
+            d++;
+            continue;
+        }
+        struct cons_core_status st = status_of(w, i);
+        d += st.role == CONS_ROLE_RECOVERING || st.xfer.receiving;
+    }
     return d;
 }
 
@@ -921,13 +944,8 @@ static void check_states(struct world *w)
                 continue;
             struct cons_sm mi = kv_mem_sm(w->reps[i].kv), mj = kv_mem_sm(w->reps[j].kv);
             size_t la, lb;
-            /* Where the machine holds the whole state (pairs, rows, mark),
-             * all of it must agree; else the pairs. */
-            int whole = w->ops->sm_durable;
-            if ((whole ? cons_sm_save(&mi, a, cap, &la) : mi.ops->snapshot(mi.impl, a, cap, &la)) <
-                    0 ||
-                (whole ? cons_sm_save(&mj, b, cap, &lb) : mj.ops->snapshot(mj.impl, b, cap, &lb)) <
-                    0 ||
+            /* The whole state (pairs, rows, mark) must agree. */
+            if (cons_sm_save(&mi, a, cap, &la) < 0 || cons_sm_save(&mj, b, cap, &lb) < 0 ||
                 la != lb || memcmp(a, b, la))
                 sim__fail(w, "replicas %u and %u applied %" PRIu64 " slots but differ", i, j, ai);
         }
@@ -1039,7 +1057,7 @@ int sim_run(const struct sim_opts *o, struct sim_result *res)
     w->o = o;
     w->res = res;
     w->rng = o->seed;
-    w->sm_img = malloc(SIM_SM_IMAGE_MAX);
+    w->sm_img = malloc(4 + SIM_SM_IMAGE_MAX + SIM_STASH_MAX);
     if (!w->sm_img) {
         free(w);
         return FK_ENOMEM;

@@ -71,10 +71,10 @@ struct rep {
     int up, disk_busy, side;
     uint32_t inc;
     struct blob meta, snap, ents[SIM_DISK_SLOTS];
-    /* The state machine as the disk holds it (cons_sm_save's stream), for
-     * a core that keeps its state there (cons_core_ops.sm_durable): the
-     * image after the latest step rides with the persists queued so far
-     * (one LMDB transaction in the server) and lands when they do. */
+    /* The state machine as the disk holds it (cons_sm_save's stream and
+     * the core's stash): the image after the latest step rides with the
+     * persists queued so far (one LMDB transaction in the server) and
+     * lands when they do. */
     struct blob sm_disk, sm_queued;
     uint64_t sm_version; /* kv_mem_version when sm_queued was taken */
     struct prec *pq;

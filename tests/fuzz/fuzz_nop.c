@@ -31,12 +31,11 @@
  *
  * After every step the replica's invariants must hold (nop_invariants); a
  * malformed message must be rejected with FK_EMALFORMED, a well-formed one
- * (ops 2, 3, 5 from a valid source) accepted, and the network may poison
- * the replica (FK_EPOISONED) only the one documented way (poison_expected;
- * the script ends there). Every message the replica sends must decode: a
- * replica's with the decoder its peers use, a client's with
- * nop_decode_reply. The message layouts come from nop_internal.h, the only
- * place that documents them.
+ * (ops 2, 3, 5 from a valid source) accepted, and nothing from the
+ * network may poison the replica (FK_EPOISONED): a state arrives in
+ * chunks that the machine validates before it switches (cons.h). Every message the replica sends
+ * must decode: a replica's with the decoder its peers use, a client's with nop_decode_reply. The
+ * message layouts come from nop_internal.h, the only place that documents them.
  */
 #include "cons_wire.h"
 #include "fk_error.h"
@@ -52,28 +51,15 @@
 #define MS          1000000ull
 #define KEYS_MAX    16 /* keys in the state machine: fewer than the 84 ops use */
 #define SEG_MAX     20 /* entries in a built segment: more than log_cap (16) */
-#define BLOBS       4  /* prebuilt checkpoints holding 0..3 clients and keys */
-#define BLOB_MAX    4096
 #define RESTORE_MAX 16 /* log entries a RESTORED start may bring: log_cap */
 
 /* A built message: a segment of SEG_MAX largest ops NOPaxos carries (nop.h,
  * NOP_OP_MAX) plus a checkpoint. */
 static uint8_t msg[SEG_MAX * (NOP_WIRE_OP_MAX + 1) + 2 * 65536];
 static uint8_t rec[NOP_WIRE_OP_MAX + 64];
-static uint8_t cp_scratch[65536 + 64];
 static struct nop_msg dec_msg;
 static struct cons_op dec_op;
 static struct cons_reply dec_reply;
-/* Applies fill a reply's buffer (cons.h): a static one. */
-static uint8_t apply_data[CONS_REPLY_MAX];
-static struct cons_ctab scratch_ctab; /* to tell which checkpoints are valid */
-static struct kv_mem *scratch_kv;
-
-/* Valid checkpoint contents: a client table and a state machine snapshot. */
-static struct {
-    uint8_t ct[BLOB_MAX], sm[BLOB_MAX];
-    size_t ctl, sml;
-} blobs[BLOBS];
 
 struct run {
     struct nop *r;
@@ -120,78 +106,6 @@ static void make_op(struct cur *c, struct cons_op *op)
         op->scan_limit = (uint8_t)(1 + next(c) % CONS_SCAN_MAX);
 }
 
-/* Checkpoint contents after k operations, built once. */
-static void make_blobs(void)
-{
-    for (int k = 0; k < BLOBS; k++) {
-        struct kv_mem *kv = kv_mem_create(KEYS_MAX);
-        struct cons_sm sm = kv ? kv_mem_sm(kv) : (struct cons_sm){0};
-        struct cons_ctab t;
-        if (!kv || cons_ctab_init(&t, 3) < 0)
-            abort();
-        for (int i = 0; i < k; i++) {
-            uint8_t seed[4] = {(uint8_t)(4 + i), 0, (uint8_t)i, (uint8_t)(i + 1)};
-            struct cur c = {seed, sizeof seed};
-            struct cons_op op;
-            struct cons_reply rep = {.data = apply_data, .cap = sizeof apply_data};
-            make_op(&c, &op); /* client 1 + i's first request: a PUT */
-            if (cons_apply_once(&sm, &t, &op, &rep) < 0)
-                abort();
-        }
-        if (cons_ctab_save(&t, blobs[k].ct, BLOB_MAX, &blobs[k].ctl) < 0 ||
-            sm.ops->snapshot(sm.impl, blobs[k].sm, BLOB_MAX, &blobs[k].sml) < 0)
-            abort();
-        cons_ctab_free(&t);
-        kv_mem_destroy(kv);
-    }
-}
-
-/* Takes up to max bytes of the input as checkpoint contents. */
-static const uint8_t *take_raw(struct cur *c, size_t max, size_t *len)
-{
-    size_t want = next(c) % max;
-    const uint8_t *p = c->p;
-    *len = want < c->n ? want : c->n;
-    c->p += *len;
-    c->n -= *len;
-    return p;
-}
-
-/* "u32 len, checkpoint blob": none, a valid one at a fuzzed index, one
- * whose contents are bytes of the input, or a valid one with a byte
- * flipped. The framing is always valid. Returns whether there is one and
- * sets *index (0 for none). */
-static int put_checkpoint(struct cons_wbuf *w, struct cur *c, uint64_t *index)
-{
-    uint8_t kind = next(c);
-    const uint8_t *ct = blobs[kind / 4 % BLOBS].ct, *sm = blobs[kind / 4 % BLOBS].sm;
-    size_t ctl = blobs[kind / 4 % BLOBS].ctl, sml = blobs[kind / 4 % BLOBS].sml;
-    *index = 0;
-    if (kind % 4 == 0) {
-        cons_w_u32(w, 0);
-        return 0;
-    }
-    *index = next(c);
-    if (kind % 4 == 2) {
-        ct = take_raw(c, 64, &ctl);
-        sm = take_raw(c, 64, &sml);
-    } else if (kind % 4 == 3) {
-        size_t at = next(c) % (ctl + sml);
-        memcpy(cp_scratch, ct, ctl);
-        memcpy(cp_scratch + ctl, sm, sml);
-        cp_scratch[at] ^= (uint8_t)(next(c) | 1);
-        ct = cp_scratch;
-        sm = cp_scratch + ctl;
-    }
-    cons_w_u32(w, (uint32_t)(8 + 4 + ctl + 4 + sml));
-    cons_w_u64(w, *index);
-    cons_w_u32(w, (uint32_t)ctl);
-    cons_w_bytes(w, ct, ctl);
-    cons_w_u32(w, (uint32_t)sml);
-    cons_w_bytes(w, sm, sml);
-    return 1;
-}
-
 /* "u64 lo, u32 n, entries": n NO-OPs and valid requests. */
 static void put_segment(struct cons_wbuf *w, struct cur *c, uint64_t lo, uint32_t n)
 {
@@ -213,29 +127,59 @@ static void put_log(struct cons_wbuf *w, struct cur *c, uint64_t lo, uint32_t ma
     put_segment(w, c, lo, next(c) % max);
 }
 
-/* The fields of VIEW-CHANGE (after its last normal view) and START-VIEW:
- * session start, commit, the checkpoint and the log after it. */
-static void put_view_log(struct cons_wbuf *w, struct cur *c)
+/* A committed history: "u64 hlo, u32 n, n hashes" (mostly not this
+ * log's). */
+static void put_hist(struct cons_wbuf *w, struct cur *c)
 {
-    uint64_t cp;
-    cons_w_u64(w, next(c) % 8);
-    cons_w_u64(w, next(c));
-    put_checkpoint(w, c, &cp);
-    put_log(w, c, cp + 1, SEG_MAX);
+    uint32_t n = next(c) % 8;
+    cons_w_u64(w, 1 + (uint64_t)next(c));
+    cons_w_u32(w, n);
+    for (uint32_t i = 0; i < n; i++)
+        cons_w_u64(w, next(c));
 }
 
-/* nonce, leader flag, session start, commit, checkpoint, log. The nonce is
+/* The fields of VIEW-CHANGE (after its last normal view) and START-VIEW:
+ * session start, commit, the log after the sender's snap, its history. */
+static void put_view_log(struct cons_wbuf *w, struct cur *c)
+{
+    cons_w_u64(w, next(c) % 8);
+    cons_w_u64(w, next(c));
+    put_log(w, c, 1 + (uint64_t)next(c), SEG_MAX);
+    put_hist(w, c);
+}
+
+/* nonce, leader flag, session start, commit, log, history. The nonce is
  * the replica's own (learnt from its RECOVERY) or a byte. */
 static void put_recovery_rep(struct cons_wbuf *w, struct cur *c, const struct run *s)
 {
     uint8_t b = next(c);
-    uint64_t cp;
     cons_w_u64(w, b & 1 ? s->nonce : next(c));
     cons_w_u8(w, (b >> 1) & 1);
     cons_w_u64(w, next(c) % 8);
     cons_w_u64(w, next(c));
-    uint64_t lo = put_checkpoint(w, c, &cp) ? cp + 1 : 1 + (uint64_t)next(c);
-    put_log(w, c, lo, SEG_MAX);
+    put_log(w, c, 1 + (uint64_t)next(c), SEG_MAX);
+    put_hist(w, c);
+}
+
+/* A state transfer message (cons_xfer.h): a kind, then fields of that
+ * kind, the first few from the input, and sometimes a few raw bytes (the
+ * transfer validates them). */
+static void put_xfer(struct cons_wbuf *w, struct cur *c)
+{
+    uint8_t kind = (uint8_t)(CONS_XFER_REQ + next(c) % 3);
+    cons_w_u8(w, kind);
+    cons_w_u64(w, next(c)); /* nonce */
+    cons_w_u64(w, next(c)); /* min index, or index */
+    if (kind == CONS_XFER_NO)
+        return;
+    cons_w_u32(w, next(c) % 4); /* next, or seq */
+    cons_w_u8(w, next(c) % 2);  /* again, or last */
+    if (kind == CONS_XFER_CHUNK) {
+        uint32_t n = next(c) % 16;
+        cons_w_u32(w, n);
+        for (uint32_t i = 0; i < n; i++)
+            cons_w_u8(w, next(c));
+    }
 }
 
 /* GAP-COMMIT: a slot, and sometimes the first slot of a run of NO-OPs. */
@@ -261,7 +205,9 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
 {
     struct cons_wbuf w;
     uint64_t u;
-    type = (uint8_t)(NOP_GAP_FIND + type % (NOP_SYNC_SIG + 1 - NOP_GAP_FIND));
+    type = (uint8_t)(NOP_GAP_FIND + type % (NOP_SYNC_SIG + 2 - NOP_GAP_FIND));
+    if (type == NOP_SYNC_SIG + 1)
+        type = NOP_XFER;
     cons_wbuf_init(&w, msg, sizeof msg);
     cons_wire_begin(&w, CONS_PROTO_NOP, type, from, term);
     switch (type) {
@@ -275,6 +221,7 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
         cons_w_u64(&w, next(c));
         u = 1 + (uint64_t)next(c);
         put_log(&w, c, u, SEG_MAX);
+        cons_w_u64(&w, next(c)); /* safe */
         break;
     case NOP_SYNC_SIG: /* commit, lo, n entry hashes (mostly not this log's) */
         cons_w_u64(&w, next(c));
@@ -283,6 +230,7 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
         cons_w_u32(&w, (uint32_t)u);
         for (uint64_t i = 0; i < u; i++)
             cons_w_u64(&w, next(c));
+        cons_w_u64(&w, next(c)); /* safe */
         break;
     case NOP_VC:
         u = next(c);
@@ -298,14 +246,24 @@ static int build(const struct run *s, uint8_t type, uint32_t from, uint64_t term
     case NOP_RECOVERY_REP:
         put_recovery_rep(&w, c, s);
         break;
-    case NOP_STATE:
+    case NOP_STATE: /* session start, commit, the leader's snap, history */
         cons_w_u64(&w, next(c) % 8);
         cons_w_u64(&w, next(c));
-        put_checkpoint(&w, c, &u);
+        cons_w_u64(&w, next(c));
+        put_hist(&w, c);
+        break;
+    case NOP_SYNC_REP: /* synced, flags, asked, executed */
+        cons_w_u64(&w, next(c));
+        cons_w_u64(&w, next(c) % 4);
+        cons_w_u64(&w, next(c));
+        cons_w_u64(&w, next(c));
+        break;
+    case NOP_XFER:
+        put_xfer(&w, c);
         break;
     case NOP_VC_REQ:
         break;
-    default: /* GAP-FIND, GAP-COMMIT-REPLY, SYNC-REPLY: a slot */
+    default: /* GAP-FIND, GAP-COMMIT-REPLY: a slot */
         cons_w_u64(&w, next(c));
         break;
     }
@@ -346,31 +304,6 @@ static void check_outbox(struct run *s, const struct cons_outbox *out)
     }
 }
 
-/* Whether a step that poisoned the replica had the one documented cause
- * a message can give (nop__install): a checkpoint whose client table is
- * valid but whose state machine snapshot the state machine refuses, which
- * it finds only once the table was replaced. */
-static int poison_expected(const struct cons_input *in)
-{
-    struct cons_rbuf b;
-    if (in->kind != CONS_IN_MSG || nop__decode(in->buf, in->len, &dec_msg, &dec_op) < 0 ||
-        dec_msg.cp_len == 0)
-        return 0;
-    cons_rbuf_init(&b, dec_msg.cp, dec_msg.cp_len);
-    cons_r_u64(&b);
-    uint32_t ctl = cons_r_u32(&b);
-    const uint8_t *ct = cons_r_bytes(&b, ctl);
-    uint32_t sml = cons_r_u32(&b);
-    const uint8_t *sm = cons_r_bytes(&b, sml);
-    struct cons_sm ops = kv_mem_sm(scratch_kv);
-    /* A malformed snapshot is refused whole (FK_EMALFORMED); only another
-     * state machine failure may poison (part of the state replaced). */
-    if (cons_ctab_load(&scratch_ctab, ct, ctl) != 0)
-        return 0;
-    int rc = ops.ops->install(ops.impl, sm, sml);
-    return rc < 0 && rc != FK_EMALFORMED;
-}
-
 /* Feeds one input: its result must be `want`, or FK_EMALFORMED as well
  * when may_malformed. Then the invariants. Returns 0, or -1 when the
  * replica was poisoned for the documented reason (it must be destroyed). */
@@ -378,8 +311,6 @@ static int step(struct run *s, const struct cons_input *in, int want, int may_ma
 {
     struct cons_outbox *out;
     int rc = nop_step(s->r, in, s->now, &out);
-    if (rc == FK_EPOISONED && poison_expected(in))
-        return -1;
     if (rc != want && !(may_malformed && rc == FK_EMALFORMED))
         abort();
     nop_invariants(s->r);
@@ -394,7 +325,8 @@ static int make_replica(struct run *s, uint32_t durable)
         .id = s->id,
         .log_cap = 16,
         .clients_max = 3, /* fewer than the 4 clients ops use: evictions */
-        .snapshot_max = kv_mem_snapshot_max(KEYS_MAX),
+        .xfer_chunk = 64,
+        .xfer_window = 4,
         .arena_bytes = 64u << 10, /* raised to one whole-log message */
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,
@@ -533,10 +465,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int ready;
     if (!ready) {
-        make_blobs();
-        scratch_kv = kv_mem_create(KEYS_MAX);
-        if (!scratch_kv || cons_ctab_init(&scratch_ctab, 3) < 0)
-            abort();
         ready = 1;
     }
     if (size < 1)

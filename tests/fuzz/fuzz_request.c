@@ -174,11 +174,18 @@ static void answer_nop(struct node *n, const struct cons_out_msg *m)
         cons_r_u64(&r); /* commit */
         uint64_t lo = cons_r_u64(&r);
         cons_wire_begin(&w, CONS_PROTO_NOP, NOP_SYNC_REP, from, h.term);
-        cons_w_u64(&w, lo + cons_r_u32(&r) - 1);
+        cons_w_u64(&w, lo + cons_r_u32(&r) - 1); /* synced */
+        cons_w_u64(&w, NOP_SYNC_REP_FULL);
+        cons_w_u64(&w, lo); /* asked */
+        cons_w_u64(&w, 0);  /* executed */
     } else if (h.type == NOP_STATE) {
-        cons_r_bytes(&r, 16 + 4); /* session start, commit, checkpoint length */
+        cons_r_bytes(&r, 16);            /* session start, commit */
+        uint64_t index = cons_r_u64(&r); /* the leader's snap: it fetches a state from there */
         cons_wire_begin(&w, CONS_PROTO_NOP, NOP_SYNC_REP, from, h.term);
-        cons_w_u64(&w, cons_r_u64(&r)); /* the checkpoint's index */
+        cons_w_u64(&w, index);
+        cons_w_u64(&w, NOP_SYNC_REP_FULL);
+        cons_w_u64(&w, index);
+        cons_w_u64(&w, 0);
     } else if (h.type == NOP_GAP_COMMIT) {
         cons_wire_begin(&w, CONS_PROTO_NOP, NOP_GAP_COMMIT_REP, from, h.term);
         cons_w_u64(&w, cons_r_u64(&r));
@@ -187,8 +194,9 @@ static void answer_nop(struct node *n, const struct cons_out_msg *m)
         cons_w_u64(&w, 0); /* last normal view (0, 0) */
         cons_w_u64(&w, 0); /* session start */
         cons_w_u64(&w, 0); /* commit */
-        cons_w_u32(&w, 0); /* no checkpoint */
         cons_w_u64(&w, 1); /* an empty log from slot 1 */
+        cons_w_u32(&w, 0);
+        cons_w_u64(&w, 1); /* no history */
         cons_w_u32(&w, 0);
     } else {
         return;
@@ -444,7 +452,6 @@ static void make_node(struct node *n)
         .n = 3,
         .log_cap = 16,
         .clients_max = 3, /* fewer than the 4 clients ops use: evictions */
-        .snapshot_max = kv_mem_snapshot_max(KEYS_MAX),
         .arena_bytes = n->nop ? 64u << 10 : 256u << 10,
         .heartbeat_ns = 20 * MS,
         .election_ns = 100 * MS,

@@ -5,8 +5,8 @@
 # acknowledged write stays readable, the cluster serves again), a replica
 # restarted from its LMDB directory catches up, a replica started empty
 # recovers by state transfer, SIGTERM leaves environments that reopen;
-# then (Multi-Paxos) 64 MiB streamed to wiped followers under a writer,
-# with the receiver and then the sender killed mid-transfer.
+# then, on both protocols, 64 MiB streamed to wiped followers under a
+# writer, with the receiver and then the sender killed mid-transfer.
 # Every wait is bounded; every process started here is stopped by PID.
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -190,9 +190,8 @@ state_dump() {
 run_protocol() {
     local proto=$1 base=$2 d=$WORK/$1
     # A small quota, for the quota checks: 2 MiB holds Multi-Paxos' 1 MiB
-    # value; NOPaxos holds at most 1.5 MB (README, Limits).
+    # value.
     local quota=2MiB
-    [ "$proto" = nopaxos ] && quota=1MiB
     fk_local_conf "$d/cluster.conf" "$proto" sync "$base" "$quota"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     if wait_serving "$d"; then t_ok "$proto: 3 replicas serve"; else
@@ -217,7 +216,7 @@ run_protocol() {
     t_check "$proto: flowkv_scan_range pages through 50,000 keys, 10,000 per call" \
         "$KV" "$d/cluster.conf" paging 50000
     t_check "$proto: flowkv scan prints 10,000 pairs, and stops at an end key" cli_scan "$d"
-    t_check "$proto: a full cluster answers quota exceeded (N of M bytes)" quota_full "$d" "$([ "$proto" = nopaxos ] && echo 1048576 || echo 2097152)"
+    t_check "$proto: a full cluster answers quota exceeded (N of M bytes)" quota_full "$d" 2097152
     t_check "$proto: a client with a wrong token is refused with a clear error" wrong_token "$d"
     "$KV" "$d/cluster.conf" garbage 0 >/dev/null 2>&1
     t_check "$proto: malformed request bytes leave the replicas serving" "$CLI" -c "$d/cluster.conf" put after-garbage ok
@@ -268,8 +267,8 @@ run_protocol() {
 }
 
 # ---- state transfer of a large state (issue 24) ------------------------------
-# Multi-Paxos keeps its state in LMDB and moves it in chunks (cons_xfer.h);
-# NOPaxos still moves its checkpoint in one message (README, Limits).
+# Both protocols keep their state in LMDB and move it in chunks
+# (cons_xfer.h).
 
 # wait_log DIR ID TEXT [N]: replica ID's log holds TEXT at least N times
 # (default 1), within 60 s.
@@ -312,15 +311,15 @@ xfer_into() {
     XFER_FROM=$(sed -n 's/.*state transfer: fetching the state from replica \([0-9]*\).*/\1/p' "$1/log$2" | head -n 1)
 }
 
-run_transfer() {
-    local d=$WORK/transfer base=$1 n=67200 # 67,200 values of 1,000 bytes: 64.1 MiB
-    fk_local_conf "$d/cluster.conf" multipaxos async "$base" 256MiB
+run_transfer() { # run_transfer PROTO BASEPORT
+    local proto=$1 d=$WORK/transfer-$1 base=$2 n=67200 # 67,200 values of 1,000 bytes: 64.1 MiB
+    fk_local_conf "$d/cluster.conf" "$proto" async "$base" 256MiB
     # Small chunks, one in flight: the transfer takes seconds (it takes 0.15 s
     # with the defaults), so the kills below land in its middle.
     sed -i 's/^\[cluster\]$/&\ntransfer_chunk = 4KiB\ntransfer_window = 1/' "$d/cluster.conf"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
-    wait_serving "$d" || { t_fail "transfer: 3 replicas serve" "$(tail -n 3 "$d/log0")"; return; }
-    t_check "transfer: 64 MiB loaded (67,200 values of 1,000 bytes)" "$KV" "$d/cluster.conf" bulk load b $n
+    wait_serving "$d" || { t_fail "$proto transfer: 3 replicas serve" "$(tail -n 3 "$d/log0")"; return; }
+    t_check "$proto transfer: 64 MiB loaded (67,200 values of 1,000 bytes)" "$KV" "$d/cluster.conf" bulk load b $n
     local l f
     l=$(leader_of "$d")
     f=$(((l + 1) % 3))
@@ -329,52 +328,53 @@ run_transfer() {
     # mid-transfer, it restarts and fetches it again.
     "$HIST" "$d/cluster.conf" run "$d/hist" --clients 4 --keys 8 --seconds 25 >"$d/hist.out" 2>&1 &
     local hist=$!
-    xfer_into "$d" $f || t_fail "transfer: the wiped follower starts fetching" "$(tail -n 3 "$d/log$f")"
+    xfer_into "$d" $f || t_fail "$proto transfer: the wiped follower starts fetching" "$(tail -n 3 "$d/log$f")"
     sleep 0.1
     if grep -q "state transfer: complete" "$d/log$f"; then
-        t_fail "transfer: receiver killed mid-transfer" "the transfer was over within 0.1 s: $(grep 'state transfer' "$d/log$f")"
+        t_fail "$proto transfer: receiver killed mid-transfer" "the transfer was over within 0.1 s: $(grep 'state transfer' "$d/log$f")"
     else
         stop "$d" $f KILL
         start "$d" $f
         if wait_log "$d" $f "state transfer: complete" && wait_caught_up "$d" $f; then
-            t_ok "transfer: a receiver killed mid-transfer restarts and completes ($(grep -o 'complete, .*' "$d/log$f" | tail -n 1))"
+            t_ok "$proto transfer: a receiver killed mid-transfer restarts and completes ($(grep -o 'complete, .*' "$d/log$f" | tail -n 1))"
         else
-            t_fail "transfer: receiver killed mid-transfer" "$(grep 'state transfer' "$d/log$f" | tail -n 3)"
+            t_fail "$proto transfer: receiver killed mid-transfer" "$(grep 'state transfer' "$d/log$f" | tail -n 3)"
         fi
     fi
 
     # A sender killed mid-transfer: the receiver fetches from the other one.
     local g=$(((l + 2) % 3))
-    xfer_into "$d" $g || t_fail "transfer: the second wiped follower starts fetching" "$(tail -n 3 "$d/log$g")"
+    xfer_into "$d" $g || t_fail "$proto transfer: the second wiped follower starts fetching" "$(tail -n 3 "$d/log$g")"
     local s=$XFER_FROM
     sleep 0.1
     if grep -q "state transfer: complete" "$d/log$g"; then
-        t_fail "transfer: sender killed mid-transfer" "the transfer was over within 0.1 s"
+        t_fail "$proto transfer: sender killed mid-transfer" "the transfer was over within 0.1 s"
     else
         stop "$d" "$s" KILL
         if wait_log "$d" $g "state transfer: complete" && grep -q "from replica .* (again" "$d/log$g"; then
-            t_ok "transfer: a sender ($s) killed mid-transfer, the receiver completes from another replica"
+            t_ok "$proto transfer: a sender ($s) killed mid-transfer, the receiver completes from another replica"
         else
-            t_fail "transfer: sender killed mid-transfer" "$(grep 'state transfer' "$d/log$g" | tail -n 3)"
+            t_fail "$proto transfer: sender killed mid-transfer" "$(grep 'state transfer' "$d/log$g" | tail -n 3)"
         fi
         start "$d" "$s"
     fi
     wait "$hist"
     if all_caught_up "$d"; then
-        t_ok "transfer: every replica caught up after the transfers"
+        t_ok "$proto transfer: every replica caught up after the transfers"
     else
-        t_fail "transfer: catch-up" "commits: $(for i in 0 1 2; do status_field "$d" $i 7; done | tr '\n' ' ')"
+        t_fail "$proto transfer: catch-up" "commits: $(for i in 0 1 2; do status_field "$d" $i 7; done | tr '\n' ' ')"
     fi
-    t_check "transfer: the writer's history is linearizable ($(head -c 120 "$d/hist.out"))" "$HIST" check "$d/hist"
-    t_check "transfer: every one of the 67,200 loaded values reads back" "$KV" "$d/cluster.conf" bulk check b $n
+    t_check "$proto transfer: the writer's history is linearizable ($(head -c 120 "$d/hist.out"))" "$HIST" check "$d/hist"
+    t_check "$proto transfer: every one of the 67,200 loaded values reads back" "$KV" "$d/cluster.conf" bulk check b $n
     for i in 0 1 2; do stop "$d" $i TERM; done
     local same=1
     for i in 1 2; do cmp -s <(live_dump "$d" 0) <(live_dump "$d" $i) || same=0; done
-    [ $same = 1 ] && t_ok "transfer: the three replicas hold the same pairs ($(live_dump "$d" 0 | wc -l) dump lines)" ||
-        t_fail "transfer: same pairs" "live sets differ: $(for i in 0 1 2; do live_dump "$d" $i | wc -l; done | tr '\n' ' ')"
+    [ $same = 1 ] && t_ok "$proto transfer: the three replicas hold the same pairs ($(live_dump "$d" 0 | wc -l) dump lines)" ||
+        t_fail "$proto transfer: same pairs" "live sets differ: $(for i in 0 1 2; do live_dump "$d" $i | wc -l; done | tr '\n' ' ')"
 }
 
 run_protocol multipaxos "$(fk_base_port)"
 run_protocol nopaxos "$(fk_base_port)"
-run_transfer "$(fk_base_port)"
+run_transfer multipaxos "$(fk_base_port)"
+run_transfer nopaxos "$(fk_base_port)"
 t_done

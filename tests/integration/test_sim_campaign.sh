@@ -23,20 +23,20 @@ for proto in mpx nop; do
     else
         t_fail "$proto: 1000 seeds with faults pass" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
     fi
-    # Multi-Paxos moves its state in chunks (cons_xfer.h): the seeds must
+    # Both cores move their state in chunks (cons_xfer.h): the seeds must
     # have run many multi-chunk transfers, with lost chunks resent, sender
     # switches, and receivers and senders crashed mid-transfer.
-    if [ $proto = mpx ]; then
-        x=$(grep "state transfers:" <<<"$out")
+    x=$(grep "state transfers:" <<<"$out")
+    {
         read -r completed multi resent switches rcrash scrash < <(sed -E \
             's/.*: ([0-9]+) completed \(([0-9]+) in more.* ([0-9]+) resent, ([0-9]+) sender switches, ([0-9]+) receivers and ([0-9]+) senders.*/\1 \2 \3 \4 \5 \6/' <<<"$x")
         if [ "${multi:-0}" -ge 1000 ] && [ "${resent:-0}" -gt 0 ] && [ "${switches:-0}" -gt 0 ] &&
             [ "${rcrash:-0}" -gt 0 ] && [ "${scrash:-0}" -gt 0 ]; then
-            t_ok "mpx: the seeds streamed state in chunks ($x)"
+            t_ok "$proto: the seeds streamed state in chunks ($x)"
         else
-            t_fail "mpx: the seeds streamed state in chunks" "$x (completed ${completed:-?})"
+            t_fail "$proto: the seeds streamed state in chunks" "$x (completed ${completed:-?})"
         fi
-    fi
+    }
 done
 
 out=$("$sim" --proto nop --durable --seeds 500 2>&1)

@@ -144,7 +144,8 @@ static void start(struct group *g)
         struct nop_config c = {.n = N,
                                .id = i,
                                .log_cap = 16,
-                               .snapshot_max = 1 << 16,
+                               .xfer_chunk = 256,
+                               .xfer_window = 4,
                                .clients_max = 4,
                                .heartbeat_ns = 10,
                                .election_ns = 100,
@@ -620,7 +621,8 @@ TEST(malformed_and_misuse)
     struct nop_config bad = {.n = 4,
                              .log_cap = 64,
                              .clients_max = 4,
-                             .snapshot_max = 1 << 16,
+                             .xfer_chunk = 256,
+                             .xfer_window = 4,
                              .heartbeat_ns = 1,
                              .election_ns = 10};
     int err;

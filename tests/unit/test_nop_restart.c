@@ -130,13 +130,15 @@ static struct nop *make(struct group *g, uint32_t i, uint32_t id)
     struct nop_config c = {.n = N,
                            .id = id,
                            .log_cap = 64, /* checkpoints every 16 committed slots */
-                           .snapshot_max = 1 << 16,
+                           .xfer_chunk = 256,
+                           .xfer_window = 4,
                            .clients_max = 4,
                            .heartbeat_ns = 10,
                            .election_ns = 100,
                            .seed = g->now + i + 1};
     int err;
-    g->kv[i] = kv_mem_create(8);
+    if (!g->kv[i]) /* the machine survives a crash: it is on the disk (cons.h) */
+        g->kv[i] = kv_mem_create(8);
     struct nop *r = nop_create(&c, kv_mem_sm(g->kv[i]), &err);
     CHECK_OK(err);
     return r;
@@ -157,7 +159,6 @@ static void start(struct group *g)
 static void crash(struct group *g, uint32_t i)
 {
     nop_destroy(g->r[i]);
-    kv_mem_destroy(g->kv[i]);
     g->r[i] = NULL;
     g->down |= 1u << i;
 }
@@ -167,6 +168,8 @@ static void stop(struct group *g)
     for (uint32_t i = 0; i < N; i++) {
         if (g->r[i])
             crash(g, i);
+        kv_mem_destroy(g->kv[i]);
+        g->kv[i] = NULL;
         disk_wipe(&g->disk[i]);
     }
 }
@@ -209,6 +212,10 @@ static void put(struct group *g, uint64_t req)
 static uint64_t restart(struct group *g, uint32_t i, int with_disk)
 {
     struct disk *d = &g->disk[i];
+    if (!with_disk) { /* the disk went, the machine with it */
+        kv_mem_destroy(g->kv[i]);
+        g->kv[i] = NULL;
+    }
     g->r[i] = make(g, i, i);
     g->down &= ~(1u << i);
     d->last_cookie = 0; /* cookies count per incarnation */
@@ -336,6 +343,7 @@ TEST(restore_rejects_malformed_records)
     struct disk *d = &g.disk[1];
     struct kv_mem *kv1 = g.kv[1]; /* make() below reuses the slot */
     CHECK(d->meta.buf && d->snap.buf);
+    g.kv[1] = NULL; /* a fresh machine for each make() below */
     struct nop *r = make(&g, 1, 1);
     struct kv_mem *kv = g.kv[1];
     uint8_t junk[64] = {1, 2, 3};
@@ -357,12 +365,14 @@ TEST(restore_rejects_malformed_records)
     nop_destroy(r);
     kv_mem_destroy(kv);
     /* Another replica's metadata is not this one's. */
+    g.kv[1] = NULL;
     r = make(&g, 1, 2);
     kv = g.kv[1];
     CHECK_ERR(nop_restore_meta(r, d->meta.buf, d->meta.len), FK_EMALFORMED);
     nop_destroy(r);
     kv_mem_destroy(kv);
     /* The real records restore; nothing restores after start. */
+    g.kv[1] = NULL;
     r = make(&g, 1, 1);
     kv = g.kv[1];
     CHECK_OK(nop_restore_meta(r, d->meta.buf, d->meta.len));

@@ -83,7 +83,6 @@ static void core_cfg(struct group *g, uint32_t i, struct cons_core_config *c)
     c->n = N;
     c->id = i;
     c->clients_max = 4;
-    c->snapshot_max = SNAP_MAX;
     c->heartbeat_ns = 10;
     c->seed = 1000 * g->r[i].inc + i + 1;
     if (g->nop) {

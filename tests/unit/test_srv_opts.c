@@ -45,6 +45,15 @@ static int parse(const char *first, ...)
     return srv_opts_parse(argc, argv, &o, err, sizeof err);
 }
 
+/* Replaces the cluster file with text. */
+static void cluster_file(const char *text)
+{
+    FILE *q = fopen(path, "w");
+    CHECK(q != NULL);
+    fputs(text, q);
+    fclose(q);
+}
+
 TEST(opts_file_values_and_overrides)
 {
     write_conf();
@@ -54,7 +63,7 @@ TEST(opts_file_values_and_overrides)
     CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_NOPAXOS);
     CHECK_EQ_STR(srv_opts_self(&o)->data_dir, "/tmp/d0");
     CHECK_EQ_STR(srv_opts_self(&o)->metrics, "127.0.0.1:9000");
-    CHECK_EQ_U64(o.map_size, 1024ULL << 20);
+    CHECK_EQ_U64(o.map_size, SRV_MAP_NEED(2ULL << 30));
     CHECK_OK(parse("--config", path, "--id=2", "--protocol", "multipaxos", "-D", "async", "-f",
                    "tcp", "-m", "off", "-M", "8192", "-l", "debug", END));
     CHECK_EQ_I64(o.cluster.protocol, FK_PROTO_MULTIPAXOS);
@@ -106,34 +115,27 @@ TEST(opts_errors_are_clear)
     setenv("FLOWKV_FABRIC", "rdma", 1);
     expect(parse("-c", path, "-i", "0", END), FK_EINVAL, "FLOWKV_FABRIC 'rdma'");
     unsetenv("FLOWKV_FABRIC");
-    /* A quota over what this version can hold, a map too small for it. */
-    FILE *q = fopen(path, "w");
-    CHECK(q != NULL);
-    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 2GiB\n"
-          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
-          q);
-    fclose(q);
+    /* A quota over what a cluster can hold, a map too small for it. */
+    cluster_file("[cluster]\ntoken = 0123456789abcdef\nquota = 1025GiB\n"
+                 "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n");
     expect(parse("-c", path, "-i", "0", END), FK_ECONFIG,
-           "quota 2147483648 bytes: nopaxos holds at most 1572860 in this version");
-    /* Multi-Paxos holds it; its default map is the room the quota needs. */
-    q = fopen(path, "w");
-    CHECK(q != NULL);
-    fputs("[cluster]\ntoken = 0123456789abcdef\nprotocol = multipaxos\nquota = 2GiB\n"
-          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
-          q);
-    fclose(q);
+           "quota 1100585369600 bytes: a cluster holds at most 1099511627776");
+    /* NOPaxos (the default protocol) holds 2 GiB, its default; so does
+     * Multi-Paxos; the default map is the room the quota needs. */
+    cluster_file("[cluster]\ntoken = 0123456789abcdef\n"
+                 "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n");
+    CHECK_OK(parse("-c", path, "-i", "0", END));
+    CHECK_EQ_U64(o.quota, 2ULL << 30);
+    cluster_file("[cluster]\ntoken = 0123456789abcdef\nprotocol = multipaxos\nquota = 2GiB\n"
+                 "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n");
     CHECK_OK(parse("-c", path, "-i", "0", END));
     CHECK_EQ_U64(o.quota, 2ULL << 30);
     CHECK_EQ_U64(o.map_size, SRV_MAP_NEED(2ULL << 30));
     expect(parse("-c", path, "-i", "0", "-M", "4096", END), FK_ECONFIG,
            "map size 4294967296 bytes: the quota of 2147483648 needs at least");
     /* The file's quota and map size, and --map-size over the file. */
-    q = fopen(path, "w");
-    CHECK(q != NULL);
-    fputs("[cluster]\ntoken = 0123456789abcdef\nquota = 512KiB\nmap_size = 128MiB\n"
-          "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n",
-          q);
-    fclose(q);
+    cluster_file("[cluster]\ntoken = 0123456789abcdef\nquota = 512KiB\nmap_size = 128MiB\n"
+                 "[node 0]\naddress = 127.0.0.1:7000\ndata_dir = d0\n");
     CHECK_OK(parse("-c", path, "-i", "0", END));
     CHECK_EQ_U64(o.quota, 512u << 10);
     CHECK_EQ_U64(o.map_size, 128u << 20);

@@ -21,14 +21,15 @@
 #     fsync as always, its backend quota raised to 8 GiB) loaded and run
 #     the same way, and a cluster with sync durability (fsync before each
 #     acknowledgement) running YCSB-B.
-# NOPaxos is not measured: it holds at most 1.5 MB until its checkpoint
-# streams as Multi-Paxos' state does (README, Limits); the run says so.
+#   - NOPaxos, async, the same records: load, workloads A to F, a
+#     replica's anonymous memory, and a wiped follower's catch-up.
 # Ends with one line:
 #   capacity: load_ratio_etcd=X ycsbb_ratio_etcd=Y sync_ycsbb_ratio_etcd=S
 #             rss_mib=Z restart_ratio=R catchup_ratio=C records=N
 #             load_ops=L ycsbb_ops=B etcd_load_ops=E etcd_ycsbb_ops=F
 #             sync_ycsbb_ops=Z small_ratio=Q catchup_transfers=K
-#             catchup_ycsbb_ops=T
+#             catchup_ycsbb_ops=T nop_load_ratio_etcd=X2
+#             nop_ycsbb_ratio_etcd=Y2 nop_rss_mib=Z2 nop_catchup_ratio=C2
 # Every wait is bounded; every process started here is stopped by PID;
 # each cluster's directory goes once measured (a million default records
 # take about 1.3 GB a replica).
@@ -110,7 +111,7 @@ p95s() {
 # of WORKLOAD's (default $WL); RESULT = the load's ops/s.
 cluster() {
     local d=$1 n=$2
-    fk_local_conf "$d/cluster.conf" multipaxos "${3:-async}" "$(fk_base_port)"
+    fk_local_conf "$d/cluster.conf" "${PROTO:-multipaxos}" "${3:-async}" "$(fk_base_port)"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     serving "$d" || return 1
     timeout 1200 "$YCSB" load -c "$d/cluster.conf" -P "${4:-$WL}" -p recordcount="$n" -threads 1 \
@@ -123,6 +124,46 @@ run_w() { # run_w DIR N SECONDS OUT [WORKLOAD]: ops/s of WORKLOAD (default $WL)
     ops_of "$4"
 }
 run_b() { run_w "$@"; } # run_b DIR N SECONDS OUT [WORKLOAD]: YCSB-B
+# workloads DIR N LABEL OPS P95: workloads A to F, in YCSB's recommended
+# order but for E last (its inserts, like D's, add records past the loaded
+# ones), 10 s each; ops/s and p95s into the associative arrays named OPS
+# and P95.
+workloads() {
+    local -n ops_=$4 p95_=$5
+    for w in a b c f d e; do
+        ops_[$w]=$(run_w "$1" "$2" 10 "$1/run-$w.txt" "$WLS/workload$w")
+        p95_[$w]=$(p95s "$1/run-$w.txt")
+        echo "capacity: $3 workload $w: ${ops_[$w]} ops/s, p95 ${p95_[$w]} us"
+    done
+}
+# max_rss DIR: the largest anonymous resident memory of its replicas, MiB.
+max_rss() {
+    local r m=0
+    for i in 0 1 2; do
+        r=$(awk '/^RssAnon:/ { print int($2 / 1024) }' "/proc/${PID[$1.$i]}/status" 2>/dev/null)
+        [ "${r:-0}" -gt "$m" ] && m=$r
+    done
+    echo "$m"
+}
+# catch_up DIR N: a follower's data directory wiped while YCSB-B runs 20 s;
+# sets CU_LEADER, CU_FOLLOWER, CU_OPS (the cluster's ops/s meanwhile) and
+# CU_XFER ("MiB s MiB/s" of the first transfer, from its log line).
+catch_up() {
+    local d=$1 ycsb
+    CU_LEADER=$(leader_of "$d")
+    CU_FOLLOWER=$(((${CU_LEADER:-0} + 2) % 3))
+    run_b "$d" "$2" 20 "$d/catchup.txt" >/dev/null &
+    ycsb=$!
+    sleep 3
+    stop "$d" "$CU_FOLLOWER" KILL
+    rm -rf "$d/data$CU_FOLLOWER"
+    : >"$d/log$CU_FOLLOWER"
+    start "$d" "$CU_FOLLOWER"
+    wait_line "$d/log$CU_FOLLOWER" "state transfer: complete" 120 || echo "capacity: no transfer completed in $d" >&2
+    wait "$ycsb"
+    CU_OPS=$(ops_of "$d/catchup.txt")
+    CU_XFER=$(sed -n 's/.*state transfer: complete, \([0-9.]*\) MiB in .*, \([0-9.]*\) s (\([0-9.]*\) MiB\/s).*/\1 \2 \3/p' "$d/log$CU_FOLLOWER" | head -n 1)
+}
 drop() { # drop DIR: stops a cluster and frees its disk
     for i in 0 1 2; do stop "$1" $i TERM; done
     rm -rf "$1"/data*
@@ -172,43 +213,24 @@ echo "capacity: $records records"
 big=$out/big
 cluster "$big" "$records" || exit 1
 load_ops=$RESULT
-# Workloads A to F, in YCSB's recommended order but for E last (its
-# inserts, like D's, add records past the loaded ones).
 declare -A W_OPS W_P95
-for w in a b c f d e; do
-    W_OPS[$w]=$(run_w "$big" "$records" 10 "$big/run-$w.txt" "$WLS/workload$w")
-    W_P95[$w]=$(p95s "$big/run-$w.txt")
-    echo "capacity: flowkv workload $w: ${W_OPS[$w]} ops/s, p95 ${W_P95[$w]} us"
-done
+workloads "$big" "$records" flowkv W_OPS W_P95
 big_ops=${W_OPS[b]}
-rss=0
-for i in 0 1 2; do
-    r=$(awk '/^RssAnon:/ { print int($2 / 1024) }' "/proc/${PID[$big.$i]}/status" 2>/dev/null)
-    [ "${r:-0}" -gt "$rss" ] && rss=$r
-done
+rss=$(max_rss "$big")
 disk=$(du -sm "$big/data0" | cut -f1)
 restart_ns "$big" || exit 1
 big_ns=$RESULT
 serving "$big" || exit 1
 
 # Catch-up while YCSB-B runs, and mdb_copy of the leader's environment.
-l=$(leader_of "$big")
-f=$(((${l:-0} + 2) % 3))
-run_b "$big" "$records" 20 "$big/catchup.txt" >/dev/null &
-ycsb=$!
-sleep 3
-stop "$big" $f KILL
-rm -rf "$big/data$f"
-: >"$big/log$f"
-start "$big" $f
-wait_line "$big/log$f" "state transfer: complete" 120 || echo "capacity: no transfer completed" >&2
-wait "$ycsb"
-catch_ops=$(ops_of "$big/catchup.txt")
 # The first transfer (the recovery's, under load) and how many followed:
 # a follower that falls more than the leader's log window behind while a
 # transfer runs fetches the state again (README, Limits).
-xfer=$(sed -n 's/.*state transfer: complete, \([0-9.]*\) MiB in .*, \([0-9.]*\) s (\([0-9.]*\) MiB\/s).*/\1 \2 \3/p' "$big/log$f" | head -n 1)
-xfers=$(grep -c "state transfer: complete" "$big/log$f")
+catch_up "$big" "$records"
+l=$CU_LEADER
+catch_ops=$CU_OPS
+xfer=$CU_XFER
+xfers=$(grep -c "state transfer: complete" "$big/log$CU_FOLLOWER")
 caught=no
 for _ in $(seq 60); do
     "$CLI" -c "$big/cluster.conf" -t 1000 put probe y >/dev/null 2>&1
@@ -231,6 +253,19 @@ syncd=$out/sync
 cluster "$syncd" "$records" sync || exit 1
 sync_ops=$(run_b "$syncd" "$records" 10 "$syncd/run.txt")
 drop "$syncd"
+
+# NOPaxos, async, same records: load, workloads, memory, catch-up.
+echo "capacity: $records records, nopaxos"
+nopd=$out/nopaxos
+PROTO=nopaxos cluster "$nopd" "$records" || exit 1
+nop_load=$RESULT
+declare -A N_OPS N_P95
+workloads "$nopd" "$records" nopaxos N_OPS N_P95
+nop_rss=$(max_rss "$nopd")
+catch_up "$nopd" "$records"
+nop_catch_ops=$CU_OPS
+nxfer=$CU_XFER
+drop "$nopd"
 
 # etcd, same records, loaded and run as flowkv is (two threads of 64 in
 # flight; then each workload with one thread of 128, and the best of that
@@ -275,16 +310,22 @@ printf 'capacity: %-9s %10s %10s' etcd "$etcd_load" ""
 for w in a b c d e f; do printf ' %10s' "${E_OPS[$w]}"; done
 echo
 for w in a b c d e f; do
-    echo "capacity: workload $w p95 (us): flowkv ${W_P95[$w]}; etcd ${E_P95[$w]:-}; ratio $(ratio "${W_OPS[$w]}" "${E_OPS[$w]}")x"
+    echo "capacity: workload $w p95 (us): flowkv ${W_P95[$w]}; nopaxos ${N_P95[$w]}; etcd ${E_P95[$w]:-}; ratio $(ratio "${W_OPS[$w]}" "${E_OPS[$w]}")x"
 done
-echo "capacity: nopaxos: not measured (it holds at most 1.5 MB until its checkpoint streams: README, Limits)"
+printf 'capacity: %-9s %10s %10s' nopaxos "$nop_load" ""
+for w in a b c d e f; do printf ' %10s' "${N_OPS[$w]}"; done
+echo
+read -r nmib ns nrate <<<"${nxfer:-0 0 0}"
+echo "capacity: nopaxos replica anonymous memory $nop_rss MiB; catch-up $nmib MiB in $ns s = $nrate MiB/s, YCSB-B meanwhile $nop_catch_ops ops/s"
 echo "capacity: replica anonymous memory $rss MiB, data directory $disk MiB (etcd member $etcd_disk MiB)"
 echo "capacity: restart $((big_ns / 1000000)) ms at $records records, $((tiny_ns / 1000000)) ms at 1,000"
 echo "capacity: etcd (gRPC, fsync) load $etcd_load ops/s, YCSB-B $etcd_ops ops/s; flowkv sync YCSB-B $sync_ops ops/s"
 echo "capacity: catch-up $xmib MiB in $xs s = $xrate MiB/s (the first of $xfers transfers; caught up after the run: $caught); mdb_copy $copy_mib MiB at $copy_rate MiB/s; YCSB-B meanwhile $catch_ops ops/s"
 echo "capacity: 64-byte records: YCSB-B $dfi_ops ops/s at $records, $small_ops at 5,000"
-printf 'capacity: load_ratio_etcd=%s ycsbb_ratio_etcd=%s sync_ycsbb_ratio_etcd=%s rss_mib=%s restart_ratio=%s catchup_ratio=%s records=%s load_ops=%s ycsbb_ops=%s etcd_load_ops=%s etcd_ycsbb_ops=%s sync_ycsbb_ops=%s small_ratio=%s catchup_transfers=%s catchup_ycsbb_ops=%s\n' \
+printf 'capacity: load_ratio_etcd=%s ycsbb_ratio_etcd=%s sync_ycsbb_ratio_etcd=%s rss_mib=%s restart_ratio=%s catchup_ratio=%s records=%s load_ops=%s ycsbb_ops=%s etcd_load_ops=%s etcd_ycsbb_ops=%s sync_ycsbb_ops=%s small_ratio=%s catchup_transfers=%s catchup_ycsbb_ops=%s nop_load_ratio_etcd=%s nop_ycsbb_ratio_etcd=%s nop_rss_mib=%s nop_catchup_ratio=%s\n' \
     "$(ratio "$load_ops" "$etcd_load")" "$(ratio "$big_ops" "$etcd_ops")" \
     "$(ratio "$sync_ops" "$etcd_ops")" "$rss" "$(ratio "$big_ns" "$tiny_ns")" \
     "$(ratio "$xrate" "$copy_rate")" "$records" "$load_ops" "$big_ops" "$etcd_load" "$etcd_ops" \
-    "$sync_ops" "$(ratio "$dfi_ops" "$small_ops")" "$xfers" "$catch_ops"
+    "$sync_ops" "$(ratio "$dfi_ops" "$small_ops")" "$xfers" "$catch_ops" \
+    "$(ratio "$nop_load" "$etcd_load")" "$(ratio "${N_OPS[b]}" "$etcd_ops")" "$nop_rss" \
+    "$(ratio "$nrate" "$copy_rate")"
