@@ -239,6 +239,14 @@ static void observe_xfer(struct srv_node *n, const struct cons_xfer_stats *x)
     for (int i = 0; i < 4; i++)
         fk_metric_set(n->m_xfer[i], v[i]);
     uint64_t now = fk_now_ns();
+    /* A completion first: the core may start the next transfer in the
+     * same step (a NOPaxos state that landed behind the ring again). */
+    if (x->completed != o->completed) {
+        double s = (double)(now - n->xfer_t0) / 1e9;
+        double mib = (double)(x->bytes_in - o->bytes_in) / (1 << 20);
+        fk_info("node", "state transfer: complete, %.1f MiB in %llu chunks, %.2f s (%.1f MiB/s)",
+                mib, (unsigned long long)(x->chunks_in - o->chunks_in), s, s > 0 ? mib / s : 0.0);
+    }
     if (x->started != o->started) {
         n->xfer_t0 = now;
         fk_info("node", "state transfer: fetching the state from replica %u", x->from);
@@ -246,12 +254,6 @@ static void observe_xfer(struct srv_node *n, const struct cons_xfer_stats *x)
     if (x->switched != o->switched)
         fk_info("node", "state transfer: fetching the state from replica %u (again, %llu so far)",
                 x->from, (unsigned long long)x->switched);
-    if (x->completed != o->completed) {
-        double s = (double)(now - n->xfer_t0) / 1e9;
-        double mib = (double)(x->bytes_in - o->bytes_in) / (1 << 20);
-        fk_info("node", "state transfer: complete, %.1f MiB in %llu chunks, %.2f s (%.1f MiB/s)",
-                mib, (unsigned long long)(x->chunks_in - o->chunks_in), s, s > 0 ? mib / s : 0.0);
-    }
     if (x->started != o->started || x->completed != o->completed || x->switched != o->switched)
         *o = *x; /* the bytes of a transfer count from its start */
 }
