@@ -55,6 +55,7 @@
 #include <uv.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -106,6 +107,13 @@ struct tcp_node {
     int hot_state; /* enum hot_state */
     pthread_t hot_tid;
     uint32_t kick_seq, kick_ack;
+    /* The progress thread sleeps in poll on the loop's epoll descriptor,
+     * whose set does not hold a hot connection: hot_enter wakes it with
+     * wake_fd, an eventfd outside the loop that only that thread reads (a
+     * uv_async would not do: the waiter running the loop right after
+     * could drain it before the sleeper's poll looked). */
+    int progress_asleep;
+    int wake_fd;
 };
 
 /* The write being applied while its payload streams in. */
@@ -781,6 +789,18 @@ static int hot_enter(struct tcp_node *n, struct tcp_peer *p)
     p->hot_fd = fd;
     n->hotp = p;
     __atomic_store_n(&n->hot_on, 1, __ATOMIC_SEQ_CST);
+    /* The connection is out of the epoll set now, and a waiter leaves it
+     * in hot mode when it stops waiting (the next wait takes it up
+     * cheaply); the progress thread gives it back to libuv once no waiter
+     * leads (progress_main). Should that thread sleep in epoll, no event
+     * of this connection would wake it: wake it now, so that it watches
+     * the waiter instead (take_loop). Without this, a fetch-and-add sent
+     * after the consumer stopped waiting went unanswered until another
+     * descriptor had an event (test_fab_verbs_pair, 1 run in 15). */
+    if (__atomic_load_n(&n->progress_asleep, __ATOMIC_SEQ_CST)) {
+        uint64_t one = 1;
+        (void)!write(n->wake_fd, &one, sizeof(one));
+    }
     return 0;
 }
 
@@ -973,11 +993,14 @@ static void release_loop(struct tcp_node *n)
         futex(&n->doorbell, FUTEX_WAKE_PRIVATE, INT_MAX, NULL);
 }
 
-/* Waits for the loop's events without owning it. */
-static void wait_events(int fd, int timeout_ms)
+/* Waits for the loop's events without owning it, or for hot_enter's wake. */
+static void wait_events(struct tcp_node *n, int timeout_ms)
 {
-    struct pollfd p = {fd, POLLIN, 0};
-    poll(&p, 1, timeout_ms);
+    struct pollfd p[2] = {{uv_backend_fd(&n->loop), POLLIN, 0}, {n->wake_fd, POLLIN, 0}};
+    if (poll(p, 2, timeout_ms) > 0 && (p[1].revents & POLLIN)) {
+        uint64_t v;
+        (void)!read(n->wake_fd, &v, sizeof(v));
+    }
 }
 
 static void on_drive_timer(uv_timer_t *t)
@@ -1032,7 +1055,6 @@ static int drive_loop(struct tcp_node *n, uint32_t seen, uint64_t deadline)
 static void *progress_main(void *arg)
 {
     struct tcp_node *n = arg;
-    int fd = uv_backend_fd(&n->loop);
     for (;;) {
         take_loop(n, OWNER_PROGRESS);
         hot_leave(n); /* no waiter reads the hot connection now */
@@ -1041,7 +1063,13 @@ static void *progress_main(void *arg)
         release_loop(n);
         if (!alive)
             return NULL; /* stopped: every handle is closed */
-        wait_events(fd, timeout);
+        /* Asleep, then hot_on; hot_enter stores hot_on, then reads asleep
+         * (all sequentially consistent): either we see hot mode and do
+         * not sleep, or hot_enter sees us asleep and wakes us. */
+        __atomic_store_n(&n->progress_asleep, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&n->hot_on, __ATOMIC_SEQ_CST))
+            wait_events(n, timeout);
+        __atomic_store_n(&n->progress_asleep, 0, __ATOMIC_SEQ_CST);
     }
 }
 
@@ -1082,8 +1110,14 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
     pthread_mutex_init(&n->mr_lock, NULL);
     pthread_mutex_init(&n->loop_lock, NULL);
     pthread_cond_init(&n->owner_cv, NULL);
+    n->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (n->wake_fd < 0) {
+        free(n);
+        return FK_ENOMEM;
+    }
     int rc = uv_loop_init(&n->loop);
     if (rc < 0) {
+        close(n->wake_fd);
         free(n);
         return rc;
     }
@@ -1104,6 +1138,7 @@ static int tcp_node_create(const struct fab_config *cfg, fab_node **out)
         pthread_mutex_destroy(&n->mr_lock);
         pthread_mutex_destroy(&n->loop_lock);
         pthread_cond_destroy(&n->owner_cv);
+        close(n->wake_fd);
         free(n);
         return rc;
     }
@@ -1126,6 +1161,7 @@ static void tcp_node_destroy(fab_node *bn)
     pthread_mutex_destroy(&n->mr_lock);
     pthread_mutex_destroy(&n->loop_lock);
     pthread_cond_destroy(&n->owner_cv);
+    close(n->wake_fd);
     free(n);
 }
 

@@ -456,6 +456,50 @@ TEST(fab_wait_returns_by_its_timeout_when_preempted)
     fab_node_destroy(a);
 }
 
+/* A fetch-and-add sent after the consumer stopped waiting is answered. A
+ * waiter that reads one connection's writes puts it in hot mode, out of
+ * the loop's epoll set, and leaves it so when it stops waiting; the
+ * progress thread gives it back to libuv, but it slept in epoll when hot
+ * mode began and no event of that connection woke it: the fetch-and-add
+ * went unanswered until another descriptor had one (test_fab_verbs_pair
+ * failed 1 run in 15 on the fetch-and-add after its ring). Each round
+ * starts hot mode while the progress thread sleeps. */
+TEST(fab_hot_connection_answered_after_its_waiter_left)
+{
+    fab_node *b = new_node(), *a = new_node();
+    fab_mr *mr;
+    CHECK_OK(fab_mr_reg(b, g_mem, sizeof(g_mem), &mr));
+    struct fab_rkey k = fab_mr_rkey(mr);
+    fab_conn *c = connect_to(a, fab_node_addr(b));
+    uint64_t v = 7;
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < 16; i++) {
+            uint64_t bell = fab_node_doorbell(b);
+            CHECK_OK(fab_post_write(c, NULL, &v, 8, k.addr, k.key, (uint64_t)i, 0));
+            CHECK_OK(fab_node_wait(b, bell, 5 * SEC));
+        }
+        /* Nobody waits on b now: only its progress thread can answer. */
+        CHECK_OK(fab_post_faa(c, k.addr + 8, k.key, 1, 100 + (uint64_t)round, 0));
+        struct fab_wc wc;
+        int got = 0;
+        uint64_t deadline = fk_now_ns() + 2 * SEC;
+        while (got == 0 && fk_now_ns() < deadline) {
+            got = fab_poll(c, &wc, 1);
+            CHECK(got >= 0);
+            if (got == 0)
+                fab_conn_wait(c, 100 * FK_NSEC_PER_MSEC);
+        }
+        CHECK_MSG(got == 1, "round %d: fetch-and-add unanswered after 2 s", round);
+        CHECK_OK(wc.status);
+        CHECK_EQ_U64(wc.cookie, 100 + (uint64_t)round);
+        fk_sleep_ns(20 * FK_NSEC_PER_MSEC); /* the progress thread takes over, then sleeps */
+    }
+    fab_conn_close(c);
+    fab_mr_dereg(mr);
+    fab_node_destroy(a);
+    fab_node_destroy(b);
+}
+
 /* ---- the cluster token ---------------------------------------------------------- */
 
 static fab_node *token_node(const char *token)

@@ -153,7 +153,8 @@ static void host_b(int up, int down)
     fab_node_destroy(n);
 }
 
-static struct fab_wc one(fab_conn *c)
+/* One completion within 10 s; `what` and `n` name the operation waited on. */
+static struct fab_wc one(fab_conn *c, const char *what, uint64_t n)
 {
     struct fab_wc wc;
     for (int i = 0; i < 100; i++) {
@@ -163,7 +164,7 @@ static struct fab_wc one(fab_conn *c)
             return wc;
         fab_conn_wait(c, 100 * FK_NSEC_PER_MSEC);
     }
-    check__fail(__FILE__, __LINE__, "no completion in 10 s");
+    check__fail(__FILE__, __LINE__, "no completion in 10 s for %s %lu", what, (unsigned long)n);
 }
 
 /* Host A's producer: footer-last segments, free space read remotely. */
@@ -174,7 +175,7 @@ static void produce_ring(fab_conn *c, const struct export *e)
     for (uint64_t r = 0; r < ROUNDS; r++) {
         while (r - consumed >= NSEG) {
             CHECK_OK(fab_post_read(c, NULL, &consumed, 8, e->consumed.addr, e->consumed.key, r, 0));
-            one(c);
+            one(c, "read of consumed at round", r);
         }
         memset(s.payload, (int)(uint8_t)r, sizeof(s.payload));
         s.footer = r + 1;
@@ -189,7 +190,7 @@ static void produce_ring(fab_conn *c, const struct export *e)
                 fab_post_write(c, NULL, &s.footer, 8, at + sizeof(s.payload), e->ring.key, r, sig));
         }
         if (sig)
-            CHECK_OK(one(c).status);
+            CHECK_OK(one(c, "signaled write at round", r).status);
     }
 }
 
@@ -197,7 +198,7 @@ static void faa_and_call(fab_conn *c, const struct export *e)
 {
     for (uint64_t i = 0; i < FAA_N; i++) {
         CHECK_OK(fab_post_faa(c, e->counter.addr, e->counter.key, 1, i, 0));
-        struct fab_wc wc = one(c);
+        struct fab_wc wc = one(c, "fetch-and-add", i);
         CHECK_EQ_U64(wc.cookie, i);
         CHECK_EQ_U64(wc.value, i);
     }
@@ -307,13 +308,13 @@ TEST(pair_access_error_poisons_and_dead_peer_is_an_error)
     CHECK_OK(fab_connect(n, e.addr, 10 * SEC, &c));
     uint64_t v = 1;
     CHECK_OK(fab_post_write(c, NULL, &v, 8, e.ring.addr + 4096, e.ring.key, 1, 0));
-    CHECK_ERR(one(c).status, FK_EPROTO); /* unsignaled, but errors complete */
+    CHECK_ERR(one(c, "bad write", 1).status, FK_EPROTO); /* unsignaled, but errors complete */
     CHECK_ERR(fab_post_write(c, NULL, &v, 8, e.ring.addr, e.ring.key, 2, 0), FK_EPOISONED);
     fab_conn_close(c);
     /* A fresh connection works; then the peer dies: an error, not a hang. */
     CHECK_OK(fab_connect(n, e.addr, 10 * SEC, &c));
     CHECK_OK(fab_post_faa(c, e.ring.addr, e.ring.key, 1, 3, 0));
-    CHECK_OK(one(c).status);
+    CHECK_OK(one(c, "fetch-and-add", 3).status);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     uint64_t deadline = fk_now_ns() + 60 * SEC;
