@@ -17,6 +17,9 @@ _Static_assert(CONS_START_FRESH == (int)MPX_START_FRESH &&
                    CONS_START_RESTORED == (int)NOP_START_RESTORED &&
                    CONS_START_EMPTY == (int)NOP_START_EMPTY,
                "start modes line up");
+_Static_assert(sizeof(((struct cons_core_status *)0)->syncs) ==
+                   sizeof(((struct nop_stat *)0)->syncs),
+               "NOPaxos sync kinds fit the status");
 _Static_assert(CONS_ROLE_FOLLOWER == (int)MPX_FOLLOWER &&
                    CONS_ROLE_CANDIDATE == (int)MPX_CANDIDATE &&
                    CONS_ROLE_LEADER == (int)MPX_LEADER &&
@@ -142,6 +145,7 @@ static void *nop_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .clients_max = cfg->clients_max,
         .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
         .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
+        .history_bytes = cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT,
         .arena_bytes = cfg->arena_bytes,
         .heartbeat_ns = cfg->heartbeat_ns,
         .election_ns = cfg->election_ns,
@@ -199,7 +203,7 @@ static void nop_core_status(const void *core, struct cons_core_status *st)
                                     .stalls = ns.stalls,
                                     .xfer = ns.xfer};
     st->leader = ns.leader;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NOP_SYNC_KINDS; i++)
         st->syncs[i] = ns.syncs[i];
 }
 

@@ -44,14 +44,14 @@ enum cons_start_mode {
 /* What both cores need to be created. Fields one protocol does not use are
  * ignored by it (marked); 0 in those means the core's own default. */
 struct cons_core_config {
-    uint32_t n, id;       /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
-    uint32_t log_cap;     /* in-memory log entries (mpx.h, nop.h: their ranges) */
-    uint32_t clients_max; /* client table rows, 1..CONS_CLIENTS_MAX */
-    uint32_t xfer_chunk;  /* Multi-Paxos: state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
-    uint32_t xfer_window; /* Multi-Paxos: chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
-    size_t history_bytes; /* Multi-Paxos: compacted entries kept; 0 = CONS_HISTORY_DEFAULT */
-    size_t big_bytes;     /* Multi-Paxos: large values in the log (mpx.h); 0 = the most */
-    size_t arena_bytes;   /* outbox arena */
+    uint32_t n, id;        /* 2f+1 replicas, 3..CONS_REPLICAS_MAX; this one */
+    uint32_t log_cap;      /* in-memory log entries (mpx.h, nop.h: their ranges) */
+    uint32_t clients_max;  /* client table rows, 1..CONS_CLIENTS_MAX */
+    uint32_t xfer_chunk;   /* state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
+    uint32_t xfer_window;  /* chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
+    size_t history_bytes;  /* compacted entries kept (cons_hist.h); 0 = CONS_HISTORY_DEFAULT */
+    size_t big_bytes;      /* Multi-Paxos: large values in the log (mpx.h); 0 = the most */
+    size_t arena_bytes;    /* outbox arena */
     uint64_t heartbeat_ns; /* leader heartbeat, retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long acts */
     uint64_t seed;         /* jitter and recovery nonce; fresh per incarnation */
@@ -67,8 +67,10 @@ struct cons_core_config {
  * receiver, per DESIGN.md a few hundred KiB a chunk). */
 #define CONS_XFER_CHUNK_DEFAULT  (256u << 10)
 #define CONS_XFER_WINDOW_DEFAULT 4
-/* Compacted chosen entries a Multi-Paxos replica keeps for catch-up
- * (mpx.h): 16 MiB, about four seconds of YCSB-B at 70k ops/s. */
+/* Compacted entries a replica keeps for replicas behind its log
+ * (cons_hist.h): 16 MiB, about four seconds of YCSB-B at 70k ops/s with
+ * small records, ten at 20k ops/s with YCSB's default record (a read's
+ * entry is about 60 bytes, an update's 150). */
 #define CONS_HISTORY_DEFAULT (16u << 20)
 
 /* A core's state in protocol-neutral terms. */
@@ -80,7 +82,7 @@ struct cons_core_status {
     uint64_t applied;  /* every entry <= applied is applied (executed) here */
     uint64_t last;     /* highest log entry held (NOPaxos: the log length) */
     uint64_t dropped;  /* outbox messages dropped (full arena, held ring) */
-    uint64_t syncs[3]; /* NOPaxos leader: syncs sent by kind (nop.h); else 0 */
+    uint64_t syncs[4]; /* NOPaxos leader: syncs sent by NOP_SYNC_KIND_* (nop.h); else 0 */
     uint64_t stalls;   /* NOPaxos leader: times it stopped taking requests; else 0 */
     struct cons_xfer_stats xfer; /* state transfers (cons_xfer.h); zero where unused */
 };

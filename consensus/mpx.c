@@ -58,8 +58,7 @@ static int config_ok(const struct mpx_config *c)
  *   reply        CONS_REPLY_MAX (1 MiB, touched as far as results go)
  *   client table 2 * clients_max slots of 56 B (cons.h)
  *   transfer     struct cons_xfer: a view's cursors per peer, ~60 KiB
- *   history      history_bytes, and 8 bytes an entry for history_bytes / 64
- *                entries (+ 1/8), and one encoded entry
+ *   history      history_bytes (cons_hist.h: + 1/8), and one encoded entry
  *   outbox arena max(arena_bytes, xfer_window chunks + 64 KiB)
  * The state itself is the state machine's (cons.h): nothing here grows
  * with the data. e.g. log_cap 32, batch 4, 16 clients: ~0.8 MiB. */
@@ -88,15 +87,10 @@ static int alloc_all(struct mpx *r)
     r->ob.arena_cap = arena;
     if (!r->slots || !r->op_pool || !r->pending || !r->scratch_batch || !r->ob.arena)
         return FK_ENOMEM;
-    if (c->history_bytes) {
-        r->hist_cap = c->history_bytes;
-        r->hist_n = (uint32_t)(c->history_bytes / 64 < 16 ? 16 : c->history_bytes / 64);
-        r->hist = malloc(r->hist_cap);
-        r->hist_at = calloc(r->hist_n, sizeof *r->hist_at);
-        r->hist_scratch = malloc(MPX_ENTRY_MAX);
-        if (!r->hist || !r->hist_at || !r->hist_scratch)
-            return FK_ENOMEM;
-    }
+    if (cons_hist_init(&r->hist, c->history_bytes) < 0)
+        return FK_ENOMEM;
+    if (c->history_bytes && !(r->hist_scratch = malloc(MPX_ENTRY_MAX)))
+        return FK_ENOMEM;
     for (uint32_t i = 0; i < c->log_cap; i++) {
         r->slots[i].ops = &r->op_pool[(size_t)i * c->batch_max];
         r->slots[i].bigs = &r->big_pool[(size_t)i * c->batch_max];
@@ -169,8 +163,7 @@ void mpx_destroy(struct mpx *r)
     free(r->op_pool);
     free(r->pending);
     free(r->scratch_batch);
-    free(r->hist);
-    free(r->hist_at);
+    cons_hist_free(&r->hist);
     free(r->hist_scratch);
     free(r->ob.arena);
     free(r);
@@ -195,67 +188,22 @@ const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index)
 
 /* ---- the history of compacted entries (mpx.h) ------------------------------ */
 
-/* Copies len bytes between the ring at byte position pos and p. */
-static void hist_copy(struct mpx *r, uint64_t pos, uint8_t *p, size_t len, int out)
-{
-    size_t at = (size_t)(pos % r->hist_cap), first = r->hist_cap - at;
-    if (first > len)
-        first = len;
-    if (out) {
-        memcpy(p, r->hist + at, first);
-        memcpy(p + first, r->hist, len - first);
-    } else {
-        memcpy(r->hist + at, p, first);
-        memcpy(r->hist, p + first, len - first);
-    }
-}
-
-/* Forgets the history: it starts again after `index`. */
-static void hist_reset(struct mpx *r, uint64_t index)
-{
-    r->hist_lo = r->hist_hi = index;
-    r->hist_head = r->hist_tail;
-}
-
-static void hist_drop_oldest(struct mpx *r)
-{
-    uint32_t len;
-    assert(r->hist_lo < r->hist_hi);
-    hist_copy(r, r->hist_head, (uint8_t *)&len, 4, 1);
-    r->hist_head += 4 + (uint64_t)len;
-    r->hist_lo++;
-}
-
-/* Appends chosen entry s (the next after hist_hi, else the history starts
- * again at it), dropping the oldest entries to make room. */
+/* Appends chosen entry s to the history; s NULL (not in the ring): the
+ * next add starts it again. */
 static void hist_add(struct mpx *r, const struct mpx_slot *s)
 {
-    if (!r->hist || !s)
-        return; /* no history kept; or not in the ring (the next add starts again) */
-    if (s->index != r->hist_hi + 1)
-        hist_reset(r, s->index - 1);
+    if (!r->hist_scratch || !s)
+        return;
     struct cons_wbuf w;
     cons_wbuf_init(&w, r->hist_scratch, MPX_ENTRY_MAX);
     mpx__put_entry(&w, s);
     assert(!w.err);
-    uint32_t len = (uint32_t)w.len;
-    if (4 + (size_t)len > r->hist_cap) {
-        hist_reset(r, s->index);
-        return;
-    }
-    while (r->hist_tail - r->hist_head + 4 + len > r->hist_cap ||
-           r->hist_hi - r->hist_lo >= r->hist_n)
-        hist_drop_oldest(r);
-    r->hist_at[s->index % r->hist_n] = r->hist_tail;
-    hist_copy(r, r->hist_tail, (uint8_t *)&len, 4, 0);
-    hist_copy(r, r->hist_tail + 4, r->hist_scratch, len, 0);
-    r->hist_tail += 4 + (uint64_t)len;
-    r->hist_hi = s->index;
+    cons_hist_add(&r->hist, s->index, w.p, (uint32_t)w.len);
 }
 
 int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from)
 {
-    if (!r->hist || from <= r->hist_lo || from > r->hist_hi)
+    if (!cons_hist_has(&r->hist, from))
         return -1;
     struct cons_wbuf w;
     mpx__begin(r, &w, MPX_CATCHUP, r->promised);
@@ -265,15 +213,12 @@ int mpx__send_history(struct mpx *r, uint32_t to, uint64_t from)
     /* Half a ring: what the asker can take before it applies and
      * compacts; it asks again for the rest. */
     uint32_t n = 0, max = r->cfg.log_cap / 2;
-    for (uint64_t i = from; i <= r->hist_hi && n < max; i++, n++) {
-        uint64_t pos = r->hist_at[i % r->hist_n];
-        uint32_t len;
-        hist_copy(r, pos, (uint8_t *)&len, 4, 1);
-        if (w.cap - w.len < len) {
+    for (uint64_t i = from; i <= r->hist.hi && n < max; i++, n++) {
+        uint32_t len = cons_hist_get(&r->hist, i, w.p + w.len, w.cap - w.len);
+        if (len > w.cap - w.len) {
             w.err = n == 0; /* not even one fits: the arena is full */
             break;
         }
-        hist_copy(r, pos + 4, w.p + w.len, len, 1);
         w.len += len;
     }
     if (!w.err)
@@ -388,7 +333,7 @@ uint64_t mpx__adopt_state(struct mpx *r)
         return 0;
     }
     drop_prefix(r, index);
-    hist_reset(r, index);
+    cons_hist_reset(&r->hist, index);
     r->snap_index = r->applied = index;
     if (r->commit < index)
         r->commit = index;

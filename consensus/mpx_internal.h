@@ -6,6 +6,7 @@
 #define MPX_INTERNAL_H
 
 #include "cons.h"
+#include "cons_hist.h"
 #include "cons_wire.h"
 #include "cons_xfer.h"
 #include "mpx.h"
@@ -148,15 +149,8 @@ struct mpx {
     /* State transfer, both ways (cons_xfer.h). */
     struct cons_xfer xfer;
 
-    /* History (mpx.h): entries (hist_lo, hist_hi] encoded in a byte ring,
-     * each "u32 len, entry", entry i at byte position hist_at[i % hist_n]
-     * (positions grow forever; the ring is hist[pos % hist_cap]); bytes in
-     * [hist_head, hist_tail). */
-    uint8_t *hist;
-    size_t hist_cap;
-    uint64_t *hist_at;
-    uint32_t hist_n;
-    uint64_t hist_lo, hist_hi, hist_head, hist_tail;
+    /* Compacted chosen entries, each as mpx__put_entry encodes it (mpx.h). */
+    struct cons_hist hist;
     uint8_t *hist_scratch; /* one encoded entry */
 
     /* Buffers. */

@@ -43,7 +43,8 @@ static int config_ok(const struct nop_config *c)
 /* Memory, allocated here once:
  *   log        log_cap * sizeof(struct nop_entry)  (4,144 B each)
  *   exec_sig   log_cap * 8 B
- *   history    log_cap * 16 B (struct nop_hist)
+ *   history    log_cap * 16 B (struct nop_hist); history_bytes of compacted entries
+ *              (cons_hist.h: + 1/8) and one encoded entry
  *   OUM        NOP_OUM_BUF * sizeof(struct nop_oum) (1,024 * 4,152 B = 4.1 MiB)
  *   clients    2 * clients_max slots of 56 B (cons.h)
  *   transfer   struct cons_xfer: a view's cursors per peer, ~60 KiB
@@ -65,6 +66,10 @@ static int alloc_all(struct nop *r)
     r->exec_sig = calloc(c->log_cap, sizeof *r->exec_sig);
     /* Zeroed: slot 0 is never a committed slot of the history. */
     r->hist = calloc(c->log_cap, sizeof *r->hist);
+    if (cons_hist_init(&r->past, c->history_bytes) < 0)
+        return FK_ENOMEM;
+    if (c->history_bytes && !(r->past_scratch = malloc(NOP_WIRE_OP_MAX + 1)))
+        return FK_ENOMEM;
     r->oum = calloc(NOP_OUM_BUF, sizeof *r->oum);
     size_t whole = whole_bytes(c);
     size_t arena = c->arena_bytes;
@@ -123,8 +128,16 @@ void nop__compact_to(struct nop *r, uint64_t upto)
     assert(upto >= r->snap && upto <= r->commit && upto <= r->log_len);
     for (uint64_t i = r->snap + 1; i <= upto; i++) {
         struct nop_hist *h = &r->hist[(i - 1) % r->cfg.log_cap];
+        const struct nop_entry *e = nop__ent(r, i);
         h->slot = i;
-        h->hash = nop__entry_hash(nop__ent(r, i));
+        h->hash = nop__entry_hash(e);
+        if (r->past_scratch) {
+            struct cons_wbuf w;
+            cons_wbuf_init(&w, r->past_scratch, NOP_WIRE_OP_MAX + 1);
+            nop__put_one(&w, e);
+            assert(!w.err);
+            cons_hist_add(&r->past, i, w.p, (uint32_t)w.len);
+        }
     }
     r->snap = upto;
 }
@@ -324,6 +337,8 @@ void nop_destroy(struct nop *r)
     free(r->log);
     free(r->exec_sig);
     free(r->hist);
+    cons_hist_free(&r->past);
+    free(r->past_scratch);
     free(r->oum);
     free(r->reply.data);
     nop__undo_free(r);
@@ -804,12 +819,51 @@ static int needs_state(const struct nop *r, uint32_t p)
     return lo <= r->snap && n == 0;
 }
 
+/* Entries from the history (cons_hist.h) for follower p, behind what the
+ * ring and the hashes reach: a SYNC from lo with as many as its ring can
+ * take before it executes and compacts (half a ring) within
+ * NOP_SYNC_PAST_BYTES. A wiped follower that fetched a state for seconds
+ * under load finds its state behind the ring; without these it fetched a
+ * state again, and again while the load went on. */
+static void send_past(struct nop *r, uint32_t p, uint64_t lo)
+{
+    struct cons_wbuf w;
+    nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
+    cons_w_u64(&w, r->commit);
+    cons_w_u64(&w, lo);
+    size_t count_at = w.len;
+    cons_w_u32(&w, 0);
+    size_t end = w.len + NOP_SYNC_PAST_BYTES;
+    if (w.err || w.cap - w.len < 8)
+        return; /* the arena is full this step: the next heartbeat sends it */
+    if (end > w.cap - 8)
+        end = w.cap - 8; /* room for safe */
+    uint32_t n = 0;
+    for (uint64_t i = lo; i <= r->snap && n < r->cfg.log_cap / 2; i++, n++) {
+        uint32_t len = cons_hist_get(&r->past, i, w.p + w.len, end - w.len);
+        if (len == 0 || len > end - w.len)
+            break;
+        w.len += len;
+    }
+    if (n == 0)
+        return;
+    memcpy(w.p + count_at, &n, sizeof n);
+    cons_w_u64(&w, leader_safe(r));
+    nop__send(r, &w, cons_replica(p));
+    r->sync_out[p] = 1;
+    r->syncs[NOP_SYNC_KIND_PAST]++;
+}
+
 /* state_ok 0: a follower that needs a state gets nothing now (the
  * eager path leaves it to the heartbeat). */
 static void send_sync(struct nop *r, uint32_t p, int state_ok)
 {
     struct cons_wbuf w;
     int state = needs_state(r, p);
+    if (state && cons_hist_has(&r->past, r->acked[p] + 1)) {
+        send_past(r, p, r->acked[p] + 1);
+        return;
+    }
     if (state && !state_ok)
         return;
     r->sync_out[p] = 1;
@@ -941,8 +995,12 @@ static void on_sync(struct nop *r, const struct nop_msg *m)
         uint64_t before = r->log_len;
         follower_put(r, i, &e);
         /* Ahead of its OUM copy (which will be an old number now): the
-         * client still counts this replica, as after GAP-RECV. */
-        if (r->log_len > before && e.kind == NOP_ENT_REQ)
+         * client still counts this replica, as after GAP-RECV. Not for a
+         * slot a ring or more below the leader's commit point (entries
+         * from its history, send_past): f+1 replicas, the leader among
+         * them, answered it as they logged it, long ago, and a follower
+         * catching up would answer thousands of finished requests. */
+        if (r->log_len > before && e.kind == NOP_ENT_REQ && i + r->cfg.log_cap > m->u1)
             ack_request(r, r->log_len, &e.op);
     }
     if (m->lo <= r->synced + 1 && i - 1 > r->synced)

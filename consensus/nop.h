@@ -67,7 +67,8 @@
  *    learns followers' executed slots from SYNC-REPLY and passes its bound
  *    in SYNC): f replicas that lose their machines leave one that can
  *    serve any state another needs. The compacted slots' hashes stay in a
- *    committed history of log_cap rows.
+ *    committed history of log_cap rows, and the entries themselves,
+ *    encoded, in a history of history_bytes (cons_hist.h).
  *  - State transfer (cons_xfer.h): a replica whose machine is behind its
  *    ring (executed < snap: it lost its disk, or a log from elsewhere
  *    starts past what it holds) fetches a state at or past snap in chunks,
@@ -77,8 +78,10 @@
  *    committed (a leader holds a view it took ahead of its commit point,
  *    and closes those views when it undoes). A follower behind the
  *    leader's snap is confirmed by the hashes of the committed history and
- *    gets entries the ring still holds; one a whole ring behind is told to
- *    fetch a state (STATE). VIEW-CHANGE, START-VIEW and RECOVERY-REPLY
+ *    gets entries the ring still holds; one behind those gets entries from
+ *    the history (so a replica whose transfer took seconds under load
+ *    catches up from the state it got); only one behind the history too
+ *    is told to fetch a state (STATE). VIEW-CHANGE, START-VIEW and RECOVERY-REPLY
  *    carry the sender's log after its snap and its committed history's
  *    hashes: a receiver whose own log holds the slots up to the sender's
  *    snap confirms them by those hashes and executes them instead of
@@ -173,6 +176,7 @@ struct nop_config {
     uint32_t clients_max;  /* client table rows */
     uint32_t xfer_chunk;   /* bytes a state transfer chunk aims at, 1..1 MiB (cons_xfer.h) */
     uint32_t xfer_window;  /* transfer chunks in flight, 1..CONS_XFER_WINDOW_MAX */
+    size_t history_bytes;  /* compacted entries kept for followers behind the ring (0: none) */
     size_t arena_bytes;    /* outbox arena; raised to hold one whole-log message */
     uint64_t heartbeat_ns; /* sync and retransmission period */
     uint64_t election_ns;  /* a follower that hears no leader this long starts a view change */
@@ -192,9 +196,11 @@ struct nop_view {
 };
 
 /* Synchronization messages a leader sends a follower (nop.c send_sync):
- * hashes of entries it should hold, the entries, or, for one behind the
- * leader's compacted history, word to fetch a state. */
-enum { NOP_SYNC_KIND_HASHES, NOP_SYNC_KIND_ENTRIES, NOP_SYNC_KIND_STATE };
+ * hashes of entries it should hold, the entries, for one behind the ring
+ * entries from the history of compacted ones, or, for one behind that
+ * too, word to fetch a state. */
+enum { NOP_SYNC_KIND_HASHES, NOP_SYNC_KIND_ENTRIES, NOP_SYNC_KIND_STATE, NOP_SYNC_KIND_PAST };
+#define NOP_SYNC_KINDS 4
 
 struct nop_stat {
     uint8_t status;
@@ -202,12 +208,12 @@ struct nop_stat {
     uint32_t leader; /* view.leader_num % n */
     uint64_t log_len, commit, executed;
     int is_leader;
-    uint32_t held;         /* durable mode: messages waiting for the disk */
-    uint64_t held_dropped; /* durable mode: messages dropped, the held ring full */
-    uint64_t syncs[3];     /* leader: syncs sent, by NOP_SYNC_KIND_* */
-    uint64_t stalls;       /* leader: times it stopped taking requests (ring 3/4 full) */
-    uint64_t resets;       /* machines emptied: executed entries left the log, no undo */
-    uint64_t undone;       /* rollbacks of speculative execution by undo records */
+    uint32_t held;                  /* durable mode: messages waiting for the disk */
+    uint64_t held_dropped;          /* durable mode: messages dropped, the held ring full */
+    uint64_t syncs[NOP_SYNC_KINDS]; /* leader: syncs sent, by NOP_SYNC_KIND_* */
+    uint64_t stalls;                /* leader: times it stopped taking requests (ring 3/4 full) */
+    uint64_t resets;                /* machines emptied: executed entries left the log, no undo */
+    uint64_t undone;                /* rollbacks of speculative execution by undo records */
     struct cons_xfer_stats xfer;
 };
 

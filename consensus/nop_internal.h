@@ -6,6 +6,7 @@
 #define NOP_INTERNAL_H
 
 #include "cons.h"
+#include "cons_hist.h"
 #include "cons_wire.h"
 #include "cons_xfer.h"
 #include "nop.h"
@@ -46,6 +47,8 @@ enum nop_ent { NOP_ENT_NONE = 0, NOP_ENT_REQ = 1, NOP_ENT_NOOP = 2 };
 
 #define NOP_SYNC_ENTRIES 16  /* entries per SYNC message */
 #define NOP_SYNC_SIGS    512 /* entry hashes per SYNC_SIG message */
+/* Bytes of entries per SYNC from the history (nop.c send_past). */
+#define NOP_SYNC_PAST_BYTES (256u << 10)
 /* SYNC_REP flags: what the answered message was and found. */
 #define NOP_SYNC_REP_DIFFERED 1u /* a SYNC_SIG hash differed from this log */
 #define NOP_SYNC_REP_FULL     2u /* the answer to a SYNC (entries) */
@@ -141,6 +144,10 @@ struct nop {
     struct nop_entry *log;
     uint64_t *exec_sig;    /* hash of each entry as executed, to detect rollbacks */
     struct nop_hist *hist; /* committed history, log_cap rows */
+    /* Compacted committed entries, each as nop__put_one encodes it, for
+     * followers behind the ring (send_sync); and one encoded entry. */
+    struct cons_hist past;
+    uint8_t *past_scratch;
     uint64_t snap, log_len, sess_start, executed, commit, synced;
     uint64_t marked; /* the machine's mark as last set (nop__mark) */
     /* State transfer, both ways (cons_xfer.h); resets: machines emptied
@@ -189,7 +196,7 @@ struct nop {
     uint8_t sync_out[CONS_REPLICAS_MAX], need_full[CONS_REPLICAS_MAX];
     /* Statistics (nop_stat): syncs sent by kind, and how often the leader
      * stopped taking requests, its ring 3/4 full (stalled: stopped now). */
-    uint64_t syncs[3], stalls;
+    uint64_t syncs[NOP_SYNC_KINDS], stalls;
     int stalled;
     uint64_t next_sync;
 
@@ -299,6 +306,8 @@ void nop__send(struct nop *r, struct cons_wbuf *w, struct cons_addr to);
 void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1);
 /* Writes slots [lo, hi] of the log as a segment. */
 void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi);
+/* One entry of a segment: u8 kind and, for a request, the op. */
+void nop__put_one(struct cons_wbuf *w, const struct nop_entry *e);
 /* Writes the committed history that leads to snap: u64 hlo, u32 n, then
  * the hashes of slots hlo..snap that the history holds (at most log_cap).
  * A replica whose log holds those slots but has not seen them committed

@@ -194,13 +194,16 @@ void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t 
     cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
     for (uint64_t i = lo; i <= hi && i <= r->snap; i++)
         assert(nop__hist_entry(r, i)); /* below snap: still in the ring */
-    for (uint64_t i = lo; i <= hi; i++) {
-        const struct nop_entry *e = nop__ent(r, i);
-        assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
-        cons_w_u8(w, e->kind);
-        if (e->kind == NOP_ENT_REQ)
-            cons_wire_put_op(w, &e->op);
-    }
+    for (uint64_t i = lo; i <= hi; i++)
+        nop__put_one(w, nop__ent(r, i));
+}
+
+void nop__put_one(struct cons_wbuf *w, const struct nop_entry *e)
+{
+    assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+    cons_w_u8(w, e->kind);
+    if (e->kind == NOP_ENT_REQ)
+        cons_wire_put_op(w, &e->op);
 }
 
 void nop__put_hist(struct nop *r, struct cons_wbuf *w)

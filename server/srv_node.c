@@ -60,7 +60,7 @@ struct srv_node {
     struct fk_metrics metrics;
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
     struct fk_metric *m_peer[4];            /* peer messages: replicate out, in; shuffle out, in */
-    struct fk_metric *m_sync[3], *m_stalls; /* NOPaxos leader (cons_core_status) */
+    struct fk_metric *m_sync[4], *m_stalls; /* NOPaxos leader (cons_core_status) */
     /* State transfers (cons_xfer.h): in and out, bytes and chunks. */
     struct fk_metric *m_xfer[4];
     struct cons_xfer_stats xfer_seen; /* the last counters logged */
@@ -269,7 +269,7 @@ static void observe_net(struct srv_node *n)
         fk_metric_set(n->m_peer[i], v[i]);
     struct cons_core_status cs;
     n->core.ops->status(n->core.impl, &cs);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         fk_metric_set(n->m_sync[i], cs.syncs[i]);
     fk_metric_set(n->m_stalls, cs.stalls);
     observe_xfer(n, &cs.xfer);
@@ -440,9 +440,9 @@ static void metrics_init(struct srv_node *n)
                                       "Protocol messages dropped because an outbox was full");
     n->m_malformed =
         fk_metrics_counter(r, "flowkv_malformed_total", "", "Messages rejected as malformed");
-    static const char *const sync_labels[3] = {"kind=\"hashes\"", "kind=\"entries\"",
-                                               "kind=\"checkpoint\""};
-    for (int i = 0; i < 3; i++)
+    static const char *const sync_labels[4] = {"kind=\"hashes\"", "kind=\"entries\"",
+                                               "kind=\"state\"", "kind=\"history\""};
+    for (int i = 0; i < 4; i++)
         n->m_sync[i] = fk_metrics_counter(
             r, "flowkv_nop_syncs_total", sync_labels[i],
             "NOPaxos leader: synchronization messages sent to followers, by what they carry");

@@ -146,6 +146,7 @@ struct totals {
     uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
     uint64_t fills, crash_alls, amnesias;
     uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent, xfer_rc, xfer_sc;
+    uint64_t past;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -171,6 +172,7 @@ static void add(struct totals *t, const struct sim_result *r)
     t->xfer_resent += r->xfer_resent;
     t->xfer_rc += r->xfer_recv_crashes;
     t->xfer_sc += r->xfer_send_crashes;
+    t->past += r->past_syncs;
 }
 
 /* How often a long campaign prints a progress line. */
@@ -242,6 +244,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
            " sender switches, %" PRIu64 " receivers and %" PRIu64 " senders crashed mid-transfer",
            t.xfers, t.xfers_multi, t.xfer_chunks, t.xfer_resent, t.xfer_switches, t.xfer_rc,
            t.xfer_sc);
+    if (proto == SIM_NOP)
+        printf("; %" PRIu64 " syncs from the history of compacted entries", t.past);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
            cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
     return t.failed;

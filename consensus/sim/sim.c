@@ -458,6 +458,7 @@ static void count_xfers(struct world *w, uint32_t i, int crashed)
     res->xfer_resent += x.resent;
     res->xfer_recv_crashes += crashed && x.receiving;
     res->xfer_send_crashes += crashed && x.sending;
+    res->past_syncs += status_of(w, i).syncs[NOP_SYNC_KIND_PAST];
 }
 
 static void crash(struct world *w, uint32_t i)

@@ -70,7 +70,8 @@ struct sim_result {
     /* State transfers (cons_xfer.h), summed over every incarnation. */
     uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent;
     uint64_t xfer_recv_crashes, xfer_send_crashes; /* crashes mid-transfer */
-    uint64_t vtime_ns;                             /* virtual time at the end */
+    uint64_t past_syncs; /* NOPaxos: syncs of entries from the history (cons_hist.h) */
+    uint64_t vtime_ns;   /* virtual time at the end */
     double drop_p, dup_p;
 };
 

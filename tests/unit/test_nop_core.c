@@ -137,13 +137,15 @@ static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
     free(copy);
 }
 
-static void start(struct group *g)
+/* A fresh group; history: bytes of compacted entries each replica keeps. */
+static void start_with(struct group *g, size_t history)
 {
     memset(g, 0, sizeof *g);
     for (uint32_t i = 0; i < N; i++) {
         struct nop_config c = {.n = N,
                                .id = i,
                                .log_cap = 16,
+                               .history_bytes = history,
                                .xfer_chunk = 256,
                                .xfer_window = 4,
                                .clients_max = 4,
@@ -157,6 +159,11 @@ static void start(struct group *g)
         struct cons_outbox *ob;
         CHECK_OK(nop_start(g->r[i], NOP_START_FRESH, 0, &ob));
     }
+}
+
+static void start(struct group *g)
+{
+    start_with(g, 0);
 }
 
 static void stop(struct group *g)
@@ -542,6 +549,35 @@ TEST(follower_missing_compacted_entries_gets_them_from_the_ring)
     caught_up_without_state(&g, 2, 10);
     CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
     CHECK(g.full_syncs >= 1);
+    stop(&g);
+}
+
+/* A follower behind the ring and the hashes, within the history of
+ * compacted entries, gets the entries from it (send_past): no state
+ * transfer. It answers none of those requests (committed a ring ago). */
+TEST(follower_behind_the_ring_gets_entries_from_the_history)
+{
+    static struct group g;
+    start_with(&g, 64u << 10);
+    g.down = 1u << 2;
+    for (int i = 1; i <= 40; i++) {
+        multicast_put(&g, i);
+        ticks(&g, 1);
+    }
+    uint64_t h;
+    CHECK(!nop_committed_hash(g.r[0], 1, &h)); /* compacted, and no hash left */
+    int replies = g.replies;
+    g.down = 0;
+    ticks(&g, 10);
+    caught_up_without_state(&g, 2, 40);
+    CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
+    struct nop_stat st0;
+    nop_status(g.r[0], &st0);
+    CHECK(st0.syncs[NOP_SYNC_KIND_PAST] >= 1);
+    struct nop_stat st2;
+    nop_status(g.r[2], &st2);
+    CHECK_EQ_U64(st2.xfer.started, 0);
+    CHECK_MSG(g.replies - replies < 40 - 16, "%d replies", g.replies - replies);
     stop(&g);
 }
 

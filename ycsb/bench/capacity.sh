@@ -1,35 +1,39 @@
 #!/usr/bin/env bash
 # ycsb/bench/capacity.sh: flowkv at a million records (issue 24).
 #
-#   capacity.sh [-r RECORDS] [-o DIR]
+#   capacity.sh [-r RECORDS] [-o DIR] [-p PROTOCOLS] [-s STAGES]
 #
-# On 3-replica clusters on loopback (Multi-Paxos, async unless said), with
-# YCSB's default record (10 fields of 100 bytes, the bundled workloads'):
-#   - load RECORDS (default 1,000,000) records, then workloads A to F for
-#     10 s each: throughput and each operation's p95;
-#   - a replica's anonymous resident memory (RssAnon) and data directory;
-#   - restart: a follower killed with SIGKILL right after a YCSB-B run and
-#     started again, from exec to its "serving" log line (the median of
-#     three), at RECORDS against a 1,000-record cluster (restart_ratio);
-#   - catch-up: a follower's data directory wiped while YCSB-B runs; its
-#     transfer rate (its log line) against mdb_copy of the leader's
-#     environment to the same disk (catchup_ratio), and the cluster's
-#     throughput meanwhile;
-#   - with workload_dfi_b's 64-byte records: YCSB-B at RECORDS against the
-#     peak at 5,000 records, same run (small_ratio);
-#   - the baselines, same records: etcd (3 members, through its gRPC API,
-#     fsync as always, its backend quota raised to 8 GiB) loaded and run
-#     the same way, and a cluster with sync durability (fsync before each
-#     acknowledgement) running YCSB-B.
-#   - NOPaxos, async, the same records: load, workloads A to F, a
-#     replica's anonymous memory, and a wiped follower's catch-up.
-# Ends with one line:
+# On 3-replica clusters on loopback, for each protocol (-p, default
+# "multipaxos nopaxos"), async unless said, with YCSB's default record (10
+# fields of 100 bytes, the bundled workloads'), by stage (-s, default
+# "small restart big sync etcd"):
+#   small:   with workload_dfi_b's 64-byte records: YCSB-B at RECORDS
+#            against the peak at 5,000 records, same run (small_ratio);
+#   restart: the 1,000-record baseline of `big`'s restart;
+#   big:     load RECORDS (default 1,000,000) records, then workloads A to F
+#            for 10 s each: throughput and each operation's p95; a
+#            replica's anonymous resident memory (RssAnon) and data
+#            directory; restart: a follower killed with SIGKILL right after
+#            a YCSB-B run and started again, from exec to its "serving" log
+#            line (the median of three), against the 1,000-record cluster
+#            (restart_ratio); catch-up: a follower's data directory wiped
+#            while YCSB-B runs, its transfer rate (its log line) against
+#            mdb_copy of the leader's environment to the same disk
+#            (catchup_ratio), how many transfers it took, and the cluster's
+#            throughput meanwhile;
+#   sync:    a cluster with sync durability (fsync before each
+#            acknowledgement) running YCSB-B;
+#   etcd:    the baseline, same records: etcd (3 members, through its gRPC
+#            API, fsync as always, its backend quota raised to 8 GiB)
+#            loaded and run the same way.
+# Ends with one line, Multi-Paxos' figures unprefixed and NOPaxos' with
+# nop_ (a figure whose stage did not run is 0):
 #   capacity: load_ratio_etcd=X ycsbb_ratio_etcd=Y sync_ycsbb_ratio_etcd=S
 #             rss_mib=Z restart_ratio=R catchup_ratio=C records=N
 #             load_ops=L ycsbb_ops=B etcd_load_ops=E etcd_ycsbb_ops=F
 #             sync_ycsbb_ops=Z small_ratio=Q catchup_transfers=K
-#             catchup_ycsbb_ops=T nop_load_ratio_etcd=X2
-#             nop_ycsbb_ratio_etcd=Y2 nop_rss_mib=Z2 nop_catchup_ratio=C2
+#             catchup_ycsbb_ops=T nop_load_ratio_etcd=... (the same for
+#             NOPaxos)
 # Every wait is bounded; every process started here is stopped by PID;
 # each cluster's directory goes once measured (a million default records
 # take about 1.3 GB a replica).
@@ -45,11 +49,15 @@ WLS=$root/ycsb/workloads
 WL=$WLS/workloadb # YCSB's default record; YCSB-B
 records=1000000
 out=$root/build/bench-capacity
-while getopts "r:o:" o; do
+protos="multipaxos nopaxos"
+stages="small restart big sync etcd"
+while getopts "r:o:p:s:" o; do
     case $o in
+    p) protos=$OPTARG ;;
+    s) stages=$OPTARG ;;
     r) records=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) echo "usage: capacity.sh [-r RECORDS] [-o DIR]" >&2; exit 2 ;;
+    *) echo "usage: capacity.sh [-r RECORDS] [-o DIR] [-p PROTOCOLS] [-s STAGES]" >&2; exit 2 ;;
     esac
 done
 rm -rf "$out"
@@ -124,16 +132,15 @@ run_w() { # run_w DIR N SECONDS OUT [WORKLOAD]: ops/s of WORKLOAD (default $WL)
     ops_of "$4"
 }
 run_b() { run_w "$@"; } # run_b DIR N SECONDS OUT [WORKLOAD]: YCSB-B
-# workloads DIR N LABEL OPS P95: workloads A to F, in YCSB's recommended
-# order but for E last (its inserts, like D's, add records past the loaded
-# ones), 10 s each; ops/s and p95s into the associative arrays named OPS
-# and P95.
+# workloads DIR N KEY: workloads A to F, in YCSB's recommended order but
+# for E last (its inserts, like D's, add records past the loaded ones),
+# 10 s each; ops/s and p95s into F[KEY.w] and F[KEY.p95.w].
 workloads() {
-    local -n ops_=$4 p95_=$5
+    local w
     for w in a b c f d e; do
-        ops_[$w]=$(run_w "$1" "$2" 10 "$1/run-$w.txt" "$WLS/workload$w")
-        p95_[$w]=$(p95s "$1/run-$w.txt")
-        echo "capacity: $3 workload $w: ${ops_[$w]} ops/s, p95 ${p95_[$w]} us"
+        F[$3.$w]=$(run_w "$1" "$2" 10 "$1/run-$w.txt" "$WLS/workload$w")
+        F[$3.p95.$w]=$(p95s "$1/run-$w.txt")
+        echo "capacity: $3 workload $w: ${F[$3.$w]} ops/s, p95 ${F[$3.p95.$w]} us"
     done
 }
 # max_rss DIR: the largest anonymous resident memory of its replicas, MiB.
@@ -190,142 +197,150 @@ restart_ns() {
     echo "capacity: restarts of $d: ${t[*]} ns" >&2
 }
 
-DFI=$WLS/workload_dfi_b
-echo "capacity: 64-byte records, 5,000 and $records"
-small=$out/small
-cluster "$small" 5000 async "$DFI" || exit 1
-small_ops=$(run_b "$small" 5000 10 "$small/run.txt" "$DFI")
-drop "$small"
-dfi=$out/dfi
-cluster "$dfi" "$records" async "$DFI" || exit 1
-dfi_ops=$(run_b "$dfi" "$records" 10 "$dfi/run.txt" "$DFI")
-drop "$dfi"
+want() { case " $stages " in *" $1 "*) return 0 ;; esac; return 1; }
+declare -A F # every figure, by "protocol.name" (0 where a stage did not run)
 
-echo "capacity: 1,000-record cluster (restart baseline)"
-tiny=$out/tiny
-cluster "$tiny" 1000 || exit 1
-run_b "$tiny" 1000 10 "$tiny/run.txt" >/dev/null # the same recent writes as the big one's
-restart_ns "$tiny" || exit 1
-tiny_ns=$RESULT
-drop "$tiny"
+# suite PROTOCOL: the flowkv stages for one protocol.
+suite() {
+    local p=$1 d x
+    local dfi=$WLS/workload_dfi_b
+    export PROTO=$p
+    if want small; then
+        echo "capacity: $p: 64-byte records, 5,000 and $records"
+        d=$out/$p-small
+        cluster "$d" 5000 async "$dfi" || return 1
+        F[$p.small_ops]=$(run_b "$d" 5000 10 "$d/run.txt" "$dfi")
+        drop "$d"
+        d=$out/$p-dfi
+        cluster "$d" "$records" async "$dfi" || return 1
+        F[$p.dfi_ops]=$(run_b "$d" "$records" 10 "$d/run.txt" "$dfi")
+        drop "$d"
+    fi
+    if want restart; then
+        echo "capacity: $p: 1,000-record cluster (restart baseline)"
+        d=$out/$p-tiny
+        cluster "$d" 1000 || return 1
+        run_b "$d" 1000 10 "$d/run.txt" >/dev/null # the same recent writes as the big one's
+        restart_ns "$d" || return 1
+        F[$p.tiny_ns]=$RESULT
+        drop "$d"
+    fi
+    if want big; then
+        echo "capacity: $p: $records records"
+        d=$out/$p-big
+        cluster "$d" "$records" || return 1
+        F[$p.load]=$RESULT
+        workloads "$d" "$records" "$p"
+        F[$p.rss]=$(max_rss "$d")
+        F[$p.disk]=$(du -sm "$d/data0" | cut -f1)
+        if want restart; then
+            restart_ns "$d" || return 1
+            F[$p.big_ns]=$RESULT
+            serving "$d" || return 1
+        fi
+        # Catch-up while YCSB-B runs, and mdb_copy of the leader's
+        # environment. The first transfer, and how many it took: a
+        # follower whose state lands behind every log it could be synced
+        # from fetches again (README, Limits).
+        catch_up "$d" "$records"
+        F[$p.cu_ops]=$CU_OPS
+        read -r F[$p.xmib] F[$p.xs] F[$p.xrate] <<<"${CU_XFER:-0 0 0}"
+        F[$p.xfers]=$(grep -c "state transfer: complete" "$d/log$CU_FOLLOWER")
+        F[$p.caught]=no
+        for _ in $(seq 60); do
+            "$CLI" -c "$d/cluster.conf" -t 1000 put probe y >/dev/null 2>&1
+            x=$("$CLI" -c "$d/cluster.conf" -t 1000 status 2>/dev/null | awk 'NR > 1 { print $7 }' | sort -u | wc -l)
+            [ "$x" = 1 ] && { F[$p.caught]=yes; break; }
+            sleep 0.5
+        done
+        local t0 t1
+        t0=$(date +%s%N)
+        mdb_copy "$d/data$CU_LEADER" "$out/copy" 2>/dev/null ||
+            { mkdir -p "$out/copy" && mdb_copy "$d/data$CU_LEADER" "$out/copy"; }
+        sync
+        t1=$(date +%s%N)
+        F[$p.copy_mib]=$(du -sm "$out/copy" | cut -f1)
+        F[$p.copy_rate]=$(awk -v m="${F[$p.copy_mib]}" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", m / (ns / 1e9) }')
+        rm -rf "$out/copy"
+        drop "$d"
+    fi
+    if want sync; then
+        echo "capacity: $p: $records records, sync durability"
+        d=$out/$p-sync
+        cluster "$d" "$records" sync || return 1
+        F[$p.sync_ops]=$(run_b "$d" "$records" 10 "$d/run.txt")
+        drop "$d"
+    fi
+}
 
-echo "capacity: $records records"
-big=$out/big
-cluster "$big" "$records" || exit 1
-load_ops=$RESULT
-declare -A W_OPS W_P95
-workloads "$big" "$records" flowkv W_OPS W_P95
-big_ops=${W_OPS[b]}
-rss=$(max_rss "$big")
-disk=$(du -sm "$big/data0" | cut -f1)
-restart_ns "$big" || exit 1
-big_ns=$RESULT
-serving "$big" || exit 1
-
-# Catch-up while YCSB-B runs, and mdb_copy of the leader's environment.
-# The first transfer (the recovery's, under load) and how many followed:
-# a follower that falls more than the leader's log window behind while a
-# transfer runs fetches the state again (README, Limits).
-catch_up "$big" "$records"
-l=$CU_LEADER
-catch_ops=$CU_OPS
-xfer=$CU_XFER
-xfers=$(grep -c "state transfer: complete" "$big/log$CU_FOLLOWER")
-caught=no
-for _ in $(seq 60); do
-    "$CLI" -c "$big/cluster.conf" -t 1000 put probe y >/dev/null 2>&1
-    c=$("$CLI" -c "$big/cluster.conf" -t 1000 status 2>/dev/null | awk 'NR > 1 { print $7 }' | sort -u | wc -l)
-    [ "$c" = 1 ] && { caught=yes; break; }
-    sleep 0.5
+for p in $protos; do
+    suite "$p" || exit 1
 done
-t0=$(date +%s%N)
-mdb_copy "$big/data$l" "$out/copy" 2>/dev/null || { mkdir -p "$out/copy" && mdb_copy "$big/data$l" "$out/copy"; }
-sync
-t1=$(date +%s%N)
-copy_mib=$(du -sm "$out/copy" | cut -f1)
-copy_rate=$(awk -v m="$copy_mib" -v ns=$((t1 - t0)) 'BEGIN { printf "%.1f", m / (ns / 1e9) }')
-rm -rf "$out/copy"
-drop "$big"
-
-# Sync durability, same records.
-echo "capacity: $records records, sync durability"
-syncd=$out/sync
-cluster "$syncd" "$records" sync || exit 1
-sync_ops=$(run_b "$syncd" "$records" 10 "$syncd/run.txt")
-drop "$syncd"
-
-# NOPaxos, async, same records: load, workloads, memory, catch-up.
-echo "capacity: $records records, nopaxos"
-nopd=$out/nopaxos
-PROTO=nopaxos cluster "$nopd" "$records" || exit 1
-nop_load=$RESULT
-declare -A N_OPS N_P95
-workloads "$nopd" "$records" nopaxos N_OPS N_P95
-nop_rss=$(max_rss "$nopd")
-catch_up "$nopd" "$records"
-nop_catch_ops=$CU_OPS
-nxfer=$CU_XFER
-drop "$nopd"
 
 # etcd, same records, loaded and run as flowkv is (two threads of 64 in
 # flight; then each workload with one thread of 128, and the best of that
 # and 64 threads of one, YCSB's own model).
-echo "capacity: etcd, $records records"
-ecd=$out/etcd
-ep=$(ETCD_QUOTA_BYTES=$((8 << 30)) "$here/etcd-cluster.sh" start "$ecd" 3) || exit 1
-ebase=(-db etcd -p "etcd.endpoints=$ep" -p recordcount="$records")
-timeout 1800 "$YCSB" load "${ebase[@]}" -P "$WL" -threads 2 -p flowkv.pipeline=64 >"$ecd/load.txt" 2>&1
-etcd_load=$(ops_of "$ecd/load.txt")
-declare -A E_OPS E_P95
-for w in a b c f d e; do
-    E_OPS[$w]=0
-    for cfg in "1 128" "64 1"; do
-        read -r t p <<<"$cfg"
-        timeout 120 "$YCSB" run "${ebase[@]}" -P "$WLS/workload$w" -threads "$t" \
-            -p flowkv.pipeline="$p" -p operationcount=0 -p maxexecutiontime=10 \
-            >"$ecd/run-$w-$t.txt" 2>&1
-        o=$(ops_of "$ecd/run-$w-$t.txt")
-        if [ "${o:-0}" -gt "${E_OPS[$w]}" ]; then
-            E_OPS[$w]=$o
-            E_P95[$w]=$(p95s "$ecd/run-$w-$t.txt")
-        fi
+if want etcd; then
+    echo "capacity: etcd, $records records"
+    ecd=$out/etcd
+    ep=$(ETCD_QUOTA_BYTES=$((8 << 30)) "$here/etcd-cluster.sh" start "$ecd" 3) || exit 1
+    ebase=(-db etcd -p "etcd.endpoints=$ep" -p recordcount="$records")
+    timeout 1800 "$YCSB" load "${ebase[@]}" -P "$WL" -threads 2 -p flowkv.pipeline=64 >"$ecd/load.txt" 2>&1
+    F[etcd.load]=$(ops_of "$ecd/load.txt")
+    for w in a b c f d e; do
+        F[etcd.$w]=0
+        for cfg in "1 128" "64 1"; do
+            read -r t n <<<"$cfg"
+            timeout 120 "$YCSB" run "${ebase[@]}" -P "$WLS/workload$w" -threads "$t" \
+                -p flowkv.pipeline="$n" -p operationcount=0 -p maxexecutiontime=10 \
+                >"$ecd/run-$w-$t.txt" 2>&1
+            o=$(ops_of "$ecd/run-$w-$t.txt")
+            if [ "${o:-0}" -gt "${F[etcd.$w]}" ]; then
+                F[etcd.$w]=$o
+                F[etcd.p95.$w]=$(p95s "$ecd/run-$w-$t.txt")
+            fi
+        done
+        echo "capacity: etcd workload $w: ${F[etcd.$w]} ops/s, p95 ${F[etcd.p95.$w]:-} us"
     done
-    echo "capacity: etcd workload $w: ${E_OPS[$w]} ops/s, p95 ${E_P95[$w]:-} us"
-done
-etcd_ops=${E_OPS[b]}
-etcd_disk=$(du -sm "$ecd/m0" | cut -f1)
-"$here/etcd-cluster.sh" stop "$ecd" >/dev/null 2>&1
-rm -rf "$ecd"/m*/
+    F[etcd.disk]=$(du -sm "$ecd/m0" | cut -f1)
+    "$here/etcd-cluster.sh" stop "$ecd" >/dev/null 2>&1
+    rm -rf "$ecd"/m*/
+fi
 
-read -r xmib xs xrate <<<"${xfer:-0 0 0}"
+f() { echo "${F[$1]:-0}"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
 echo "capacity: YCSB's default record (1,048 bytes), $records records, 3 replicas"
-printf 'capacity: %-9s %10s %10s' system load_ops/s ""
+printf 'capacity: %-10s %10s' system load_ops/s
 for w in a b c d e f; do printf ' %10s' "$w"; done
 echo
-printf 'capacity: %-9s %10s %10s' flowkv "$load_ops" ""
-for w in a b c d e f; do printf ' %10s' "${W_OPS[$w]}"; done
-echo
-printf 'capacity: %-9s %10s %10s' etcd "$etcd_load" ""
-for w in a b c d e f; do printf ' %10s' "${E_OPS[$w]}"; done
-echo
-for w in a b c d e f; do
-    echo "capacity: workload $w p95 (us): flowkv ${W_P95[$w]}; nopaxos ${N_P95[$w]}; etcd ${E_P95[$w]:-}; ratio $(ratio "${W_OPS[$w]}" "${E_OPS[$w]}")x"
+for s in $protos etcd; do
+    printf 'capacity: %-10s %10s' "$s" "$(f "$s.load")"
+    for w in a b c d e f; do printf ' %10s' "$(f "$s.$w")"; done
+    echo
 done
-printf 'capacity: %-9s %10s %10s' nopaxos "$nop_load" ""
-for w in a b c d e f; do printf ' %10s' "${N_OPS[$w]}"; done
-echo
-read -r nmib ns nrate <<<"${nxfer:-0 0 0}"
-echo "capacity: nopaxos replica anonymous memory $nop_rss MiB; catch-up $nmib MiB in $ns s = $nrate MiB/s, YCSB-B meanwhile $nop_catch_ops ops/s"
-echo "capacity: replica anonymous memory $rss MiB, data directory $disk MiB (etcd member $etcd_disk MiB)"
-echo "capacity: restart $((big_ns / 1000000)) ms at $records records, $((tiny_ns / 1000000)) ms at 1,000"
-echo "capacity: etcd (gRPC, fsync) load $etcd_load ops/s, YCSB-B $etcd_ops ops/s; flowkv sync YCSB-B $sync_ops ops/s"
-echo "capacity: catch-up $xmib MiB in $xs s = $xrate MiB/s (the first of $xfers transfers; caught up after the run: $caught); mdb_copy $copy_mib MiB at $copy_rate MiB/s; YCSB-B meanwhile $catch_ops ops/s"
-echo "capacity: 64-byte records: YCSB-B $dfi_ops ops/s at $records, $small_ops at 5,000"
-printf 'capacity: load_ratio_etcd=%s ycsbb_ratio_etcd=%s sync_ycsbb_ratio_etcd=%s rss_mib=%s restart_ratio=%s catchup_ratio=%s records=%s load_ops=%s ycsbb_ops=%s etcd_load_ops=%s etcd_ycsbb_ops=%s sync_ycsbb_ops=%s small_ratio=%s catchup_transfers=%s catchup_ycsbb_ops=%s nop_load_ratio_etcd=%s nop_ycsbb_ratio_etcd=%s nop_rss_mib=%s nop_catchup_ratio=%s\n' \
-    "$(ratio "$load_ops" "$etcd_load")" "$(ratio "$big_ops" "$etcd_ops")" \
-    "$(ratio "$sync_ops" "$etcd_ops")" "$rss" "$(ratio "$big_ns" "$tiny_ns")" \
-    "$(ratio "$xrate" "$copy_rate")" "$records" "$load_ops" "$big_ops" "$etcd_load" "$etcd_ops" \
-    "$sync_ops" "$(ratio "$dfi_ops" "$small_ops")" "$xfers" "$catch_ops" \
-    "$(ratio "$nop_load" "$etcd_load")" "$(ratio "${N_OPS[b]}" "$etcd_ops")" "$nop_rss" \
-    "$(ratio "$nrate" "$copy_rate")"
+for w in a b c d e f; do
+    printf 'capacity: workload %s p95 (us):' "$w"
+    for s in $protos etcd; do printf ' %s %s;' "$s" "${F[$s.p95.$w]:-}"; done
+    echo
+done
+line="capacity:"
+for p in $protos; do
+    k=""
+    [ "$p" = nopaxos ] && k=nop_
+    echo "capacity: $p: replica anonymous memory $(f "$p.rss") MiB, data directory $(f "$p.disk") MiB (etcd member $(f etcd.disk) MiB)"
+    echo "capacity: $p: restart $(($(f "$p.big_ns") / 1000000)) ms at $records records, $(($(f "$p.tiny_ns") / 1000000)) ms at 1,000"
+    echo "capacity: $p: catch-up $(f "$p.xmib") MiB in $(f "$p.xs") s = $(f "$p.xrate") MiB/s (the first of $(f "$p.xfers") transfers; caught up after the run: ${F[$p.caught]:-no}); mdb_copy $(f "$p.copy_mib") MiB at $(f "$p.copy_rate") MiB/s; YCSB-B meanwhile $(f "$p.cu_ops") ops/s"
+    echo "capacity: $p: sync durability YCSB-B $(f "$p.sync_ops") ops/s; etcd (gRPC, fsync) load $(f etcd.load) ops/s, YCSB-B $(f etcd.b) ops/s"
+    echo "capacity: $p: 64-byte records: YCSB-B $(f "$p.dfi_ops") ops/s at $records, $(f "$p.small_ops") at 5,000"
+    line+=" ${k}load_ratio_etcd=$(ratio "$(f "$p.load")" "$(f etcd.load)")"
+    line+=" ${k}ycsbb_ratio_etcd=$(ratio "$(f "$p.b")" "$(f etcd.b)")"
+    line+=" ${k}sync_ycsbb_ratio_etcd=$(ratio "$(f "$p.sync_ops")" "$(f etcd.b)")"
+    line+=" ${k}rss_mib=$(f "$p.rss") ${k}restart_ratio=$(ratio "$(f "$p.big_ns")" "$(f "$p.tiny_ns")")"
+    line+=" ${k}catchup_ratio=$(ratio "$(f "$p.xrate")" "$(f "$p.copy_rate")")"
+    [ -z "$k" ] && line+=" records=$records"
+    line+=" ${k}load_ops=$(f "$p.load") ${k}ycsbb_ops=$(f "$p.b")"
+    [ -z "$k" ] && line+=" etcd_load_ops=$(f etcd.load) etcd_ycsbb_ops=$(f etcd.b)"
+    line+=" ${k}sync_ycsbb_ops=$(f "$p.sync_ops") ${k}small_ratio=$(ratio "$(f "$p.dfi_ops")" "$(f "$p.small_ops")")"
+    line+=" ${k}catchup_transfers=$(f "$p.xfers") ${k}catchup_ycsbb_ops=$(f "$p.cu_ops")"
+done
+echo "$line"
