@@ -222,6 +222,11 @@ static void nop_core_invariants(const void *core)
     nop_invariants(core);
 }
 
+static uint64_t nop_core_intake(const void *core, uint32_t *session)
+{
+    return nop_oum_intake(core, session);
+}
+
 const struct cons_core_ops nop_core_ops = {
     .proto = CONS_PROTO_NOP,
     .name = "nopaxos",
@@ -236,6 +241,7 @@ const struct cons_core_ops nop_core_ops = {
     .describe = nop_core_describe,
     .committed_hash = nop_core_hash,
     .invariants = nop_core_invariants,
+    .oum_intake = nop_core_intake,
 };
 
 /* ---- picking and holding a core ------------------------------------------------ */

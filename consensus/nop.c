@@ -694,6 +694,7 @@ static void on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op 
     if (num >= want + NOP_OUM_BUF) {
         /* Beyond the buffer: in OUM order everything before it was dropped,
          * and it is dropped too (the client retries). */
+        r->oum_overflows++;
         if (num > r->oum_drop_upto)
             r->oum_drop_upto = num;
         nop__drain(r);
@@ -1347,18 +1348,25 @@ int nop_describe(const struct nop *r, char *buf, size_t cap)
                      "%s view %u.%u%s log %" PRIu64 " commit %" PRIu64 " executed %" PRIu64
                      " synced %" PRIu64 " snap %" PRIu64 " sess_start %" PRIu64 " oum_next %" PRIu64
                      " gap %" PRIu64 " find %" PRIu64 " fetching %d"
-                     " stalled %d held %u durable %" PRIu64 "/%" PRIu64,
+                     " stalled %d held %u durable %" PRIu64 "/%" PRIu64 " overflows %" PRIu64,
                      st[r->status <= NOP_RECOVERING ? r->status : 0], r->view.leader_num,
                      r->view.session, nop__is_leader(r) ? " leader" : "", r->log_len, r->commit,
                      r->executed, r->synced, r->snap, r->sess_start, expected(r), r->gap_slot,
                      r->find_slot, cons_xfer_active(&r->xfer), r->stalled, r->held_n, r->durable,
-                     r->next_cookie);
+                     r->next_cookie, r->oum_overflows);
     for (uint32_t p = 0; nop__is_leader(r) && p < r->cfg.n && n >= 0 && (size_t)n < cap; p++) {
         if (p != r->cfg.id)
             n += snprintf(buf + n, cap - (size_t)n, " r%u acked %" PRIu64 "%s%s", p, r->acked[p],
                           r->sync_out[p] ? " out" : "", r->need_full[p] ? " full" : "");
     }
     return n;
+}
+
+uint64_t nop_oum_intake(const struct nop *r, uint32_t *session)
+{
+    uint64_t want = expected(r);
+    *session = r->view.session;
+    return r->status == NOP_NORMAL && want && !nop__needs_state(r) ? want + NOP_OUM_BUF - 1 : 0;
 }
 
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash)

@@ -271,6 +271,18 @@ void nop_status(const struct nop *r, struct nop_stat *st);
 int nop_describe(const struct nop *r, char *buf, size_t cap);
 /* If slot `index` <= commit, sets *hash to a hash of its entry; returns 1. */
 int nop_committed_hash(const struct nop *r, uint64_t index, uint64_t *hash);
+/* The highest OUM message number of *session the replica can take now
+ * without taking it for dropped; 0: any. A message beyond its buffer
+ * (NOP_OUM_BUF past the next one it expects) counts as dropped, and each
+ * drop costs the leader a round of gap agreement and its client a resend:
+ * a leader waiting on gap agreement or compaction while hundreds of
+ * clients' fragments arrived dropped them all, and every resend again
+ * (a NOPaxos cluster loading YCSB records from 4 threads of 64 made no
+ * progress at all). So a driver holds the OUM back from the leader here
+ * (flow control up to the clients) instead. Followers take everything:
+ * one that fetches a state for seconds must not hold every client up, and
+ * what it drops it gets from the leader. */
+uint64_t nop_oum_intake(const struct nop *r, uint32_t *session);
 
 /* OUM side (the sequencer and the drop detector of libOUM): encode a
  * stamped request, a drop notification or a fill. Return length or

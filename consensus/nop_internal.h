@@ -197,6 +197,7 @@ struct nop {
     /* Statistics (nop_stat): syncs sent by kind, and how often the leader
      * stopped taking requests, its ring 3/4 full (stalled: stopped now). */
     uint64_t syncs[NOP_SYNC_KINDS], stalls;
+    uint64_t oum_overflows; /* OUM messages past the buffer, taken as dropped (on_oum) */
     int stalled;
     uint64_t next_sync;
 

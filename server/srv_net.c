@@ -59,6 +59,13 @@ struct srv_net {
     flow_target *peer_t, *req_t, *oum_t;
     flow_target *oum_ready; /* atomic, from the connector */
     struct flow_msg_rx *peer_rx, *req_rx, *oum_rx;
+    /* kv.oum's intake (srv_net_oum_intake) and the item held back: its
+     * message stays valid, as nothing else is received from oum_rx
+     * until it is taken. */
+    uint64_t oum_max;
+    uint32_t oum_max_session;
+    int oum_holding;
+    struct flow_msg_item oum_held;
     flow_source *reply_s;
     struct flow_msg_tx reply_tx;
     struct peer peers[CONS_REPLICAS_MAX];
@@ -862,16 +869,40 @@ static int next_request(struct srv_net *net, struct srv_in *in)
  * fragment (the same at every replica: its bytes say so), a drop for a
  * number that never came or a request this replica could not join or
  * read (the leader decides that slot, NOPaxos 5.2.2). */
+static int oum_admits(const struct srv_net *net, const struct flow_msg_item *it)
+{
+    return net->oum_max == 0 || it->session != net->oum_max_session || it->seq <= net->oum_max;
+}
+
+void srv_net_oum_intake(struct srv_net *net, uint32_t session, uint64_t max)
+{
+    net->oum_max = max;
+    net->oum_max_session = session;
+}
+
 static int next_oum(struct srv_net *net, struct srv_in *in)
 {
     if (net->oum_rx == NULL)
         return FK_ETIMEDOUT;
     struct flow_msg_item it;
-    int rc = flow_msg_recv_ordered(net->oum_rx, &it, 0);
-    if (rc == FK_ESESSION) /* the core learns it from the next message's session */
-        return FK_EAGAIN;
-    if (rc < 0)
-        return rc;
+    if (net->oum_holding) {
+        if (!oum_admits(net, &net->oum_held))
+            return FK_ETIMEDOUT;
+        it = net->oum_held;
+        net->oum_holding = 0;
+    } else {
+        int rc = flow_msg_recv_ordered(net->oum_rx, &it, 0);
+        if (rc == FK_ESESSION) /* the core learns it from the next message's session */
+            return FK_EAGAIN;
+        if (rc < 0)
+            return rc;
+        if (!oum_admits(net, &it)) {
+            net->oum_held = it;
+            net->oum_holding = 1;
+            net->st.oum_holds++;
+            return FK_ETIMEDOUT;
+        }
+    }
     *in = (struct srv_in){.kind = SRV_IN_OUM_DROP, .seq = it.seq, .session = it.session};
     if (it.kind == FLOW_MSG_FRAGMENT) {
         in->kind = SRV_IN_OUM_FILL;

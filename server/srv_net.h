@@ -107,6 +107,13 @@ int srv_net_to_client(struct srv_net *net, uint64_t client_id, uint8_t kind, con
  * the end of every batch. Failures count as dropped sends. */
 void srv_net_flush(struct srv_net *net);
 
+/* NOPaxos: the core takes kv.oum numbers of `session` up to max now
+ * (nop_oum_intake; 0: any). A later one waits in kv.oum, unread, so its
+ * ring fills and its sources wait: flow control, where a number past the
+ * core's buffer would count as dropped. The loop sets this after every
+ * step. */
+void srv_net_oum_intake(struct srv_net *net, uint32_t session, uint64_t max);
+
 /* Whether this replica can take sequenced requests yet (NOPaxos: joined
  * kv.oum). Always 1 for Multi-Paxos. */
 int srv_net_oum_ready(const struct srv_net *net);
@@ -114,6 +121,7 @@ int srv_net_oum_ready(const struct srv_net *net);
 struct srv_net_stats {
     uint64_t in_peer, in_req, in_oum, in_drop; /* messages received */
     uint64_t in_fill;                          /* kv.oum numbers holding a leading fragment */
+    uint64_t oum_holds;                        /* kv.oum held back (srv_net_oum_intake) */
     uint64_t in_bcast;                         /* peer messages received on kv.bcast */
     uint64_t out_peer, out_client;             /* messages sent */
     uint64_t out_bcast;                        /* peer messages sent on kv.bcast */

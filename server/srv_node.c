@@ -142,6 +142,11 @@ static int step(struct srv_node *n, const struct cons_input *in)
     }
     if (rc < 0)
         return rc;
+    if (n->core.ops->oum_intake) {
+        uint32_t session;
+        uint64_t max = n->core.ops->oum_intake(n->core.impl, &session);
+        srv_net_oum_intake(n->net, session, max);
+    }
     return drain(n, ob);
 }
 
@@ -296,15 +301,16 @@ static void dump_state(struct srv_node *n)
     n->core.ops->describe(n->core.impl, core, sizeof core);
     struct srv_net_stats st;
     srv_net_stats(n->net, &st);
-    fk_info("node",
-            "state: %s; net in peer %llu req %llu oum %llu drop %llu fill %llu bcast %llu, "
-            "out peer %llu client %llu bcast %llu, failed sends %llu; durable %llu",
-            core, (unsigned long long)st.in_peer, (unsigned long long)st.in_req,
-            (unsigned long long)st.in_oum, (unsigned long long)st.in_drop,
-            (unsigned long long)st.in_fill, (unsigned long long)st.in_bcast,
-            (unsigned long long)st.out_peer, (unsigned long long)st.out_client,
-            (unsigned long long)st.out_bcast, (unsigned long long)st.dropped,
-            (unsigned long long)srv_disk_durable(n->disk));
+    fk_info(
+        "node",
+        "state: %s; net in peer %llu req %llu oum %llu drop %llu fill %llu held %llu bcast %llu, "
+        "out peer %llu client %llu bcast %llu, failed sends %llu; durable %llu",
+        core, (unsigned long long)st.in_peer, (unsigned long long)st.in_req,
+        (unsigned long long)st.in_oum, (unsigned long long)st.in_drop,
+        (unsigned long long)st.in_fill, (unsigned long long)st.oum_holds,
+        (unsigned long long)st.in_bcast, (unsigned long long)st.out_peer,
+        (unsigned long long)st.out_client, (unsigned long long)st.out_bcast,
+        (unsigned long long)st.dropped, (unsigned long long)srv_disk_durable(n->disk));
 }
 
 /* One batch: inputs, a tick when due, one commit. */
