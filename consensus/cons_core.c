@@ -222,6 +222,11 @@ static void nop_core_invariants(const void *core)
     nop_invariants(core);
 }
 
+static int nop_core_seal(void *core)
+{
+    return nop_seal(core);
+}
+
 static uint64_t nop_core_intake(const void *core, uint32_t *session)
 {
     return nop_oum_intake(core, session);
@@ -241,6 +246,7 @@ const struct cons_core_ops nop_core_ops = {
     .describe = nop_core_describe,
     .committed_hash = nop_core_hash,
     .invariants = nop_core_invariants,
+    .seal = nop_core_seal,
     .oum_intake = nop_core_intake,
 };
 

@@ -108,6 +108,9 @@ struct cons_core_ops {
      * *hash to a hash of its operations and returns 1; else 0. */
     int (*committed_hash)(const void *core, uint64_t index, uint64_t *hash);
     void (*invariants)(const void *core); /* aborts on violation */
+    /* NOPaxos: before the driver commits the state machine's writes
+     * (nop_seal); 0 or FK_EPOISONED. NULL for Multi-Paxos. */
+    int (*seal)(void *core);
     /* NOPaxos: the highest ordered-multicast number of *session the core
      * takes now (nop_oum_intake); 0: any. NULL for Multi-Paxos. */
     uint64_t (*oum_intake)(const void *core, uint32_t *session);

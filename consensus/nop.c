@@ -1193,8 +1193,6 @@ static int end_of_step(struct nop *r)
     maybe_fetch(r);
     if (serve_bound(r) != CONS_XFER_SERVE_NONE)
         cons_xfer_release(&r->xfer, serve_bound(r));
-    nop__stash_sync(r);
-    nop__mark(r);
     nop__persist(r);
     nop__hold(r);
     return r->poisoned ? FK_EPOISONED : 0;
@@ -1222,12 +1220,22 @@ int nop_start(struct nop *r, enum nop_start_mode mode, uint64_t now, struct cons
         cons_outbox_reset(&r->ob);
         return rc;
     }
-    return end_of_step(r);
+    rc = end_of_step(r);
+    return rc < 0 ? rc : nop_seal(r);
+}
+
+int nop_seal(struct nop *r)
+{
+    nop__stash_sync(r);
+    nop__mark(r);
+    r->sealed = 1;
+    return r->poisoned ? FK_EPOISONED : 0;
 }
 
 int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out)
 {
     cons_outbox_reset(&r->ob);
+    r->sealed = 0;
     *out = &r->ob;
     if (r->poisoned)
         return FK_EPOISONED;
@@ -1287,10 +1295,10 @@ static int skip_row(void *arg, const struct cons_session *s)
 void nop_invariants(const struct nop *r)
 {
     assert(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
-    assert(r->marked == r->executed || r->poisoned);
-    /* The machine's mark is this replica's executed slot and table clock
-     * (nop__mark, at the end of every step). */
-    if (r->marked == r->executed && !r->poisoned) {
+    assert(!r->sealed || r->marked == r->executed || r->poisoned);
+    /* After a seal, the machine's mark is this replica's executed slot
+     * and table clock (nop__mark). */
+    if (r->sealed && r->marked == r->executed && !r->poisoned) {
         uint64_t applied, clock;
         struct nop *w = (struct nop *)r; /* load reads only */
         int lrc = w->sm.ops->load(w->sm.impl, &applied, &clock, skip_row, NULL);

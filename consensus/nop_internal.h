@@ -150,6 +150,7 @@ struct nop {
     uint8_t *past_scratch;
     uint64_t snap, log_len, sess_start, executed, commit, synced;
     uint64_t marked; /* the machine's mark as last set (nop__mark) */
+    int sealed;      /* no step since the last nop_seal (nop_invariants) */
     /* State transfer, both ways (cons_xfer.h); resets: machines emptied
      * because what they executed left the log (nop__check_executed). */
     struct cons_xfer xfer;

@@ -221,7 +221,12 @@ static int feed(struct srv_node *n, const struct srv_in *in)
 static int commit_batch(struct srv_node *n)
 {
     uint64_t t0 = fk_now_ns(), durable = 0;
-    int rc = srv_disk_commit(n->disk, &durable);
+    int rc = n->core.ops->seal ? n->core.ops->seal(n->core.impl) : 0;
+    if (rc < 0) {
+        srv_disk_abort(n->disk);
+        return rc;
+    }
+    rc = srv_disk_commit(n->disk, &durable);
     fk_hist_record(&n->commit_lat, fk_now_ns() - t0);
     if (rc < 0)
         return rc;

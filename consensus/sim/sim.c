@@ -276,6 +276,12 @@ static void feed(struct world *w, uint32_t i, const struct cons_input *in)
         sim__fail(w, "replica %u: step failed: %s", i, fk_err_name(rc));
         return;
     }
+    /* Sealed after every step, before its image is queued for the disk:
+     * a crash may come at any moment. */
+    if (core->ops->seal && (rc = core->ops->seal(core->impl)) < 0) {
+        sim__fail(w, "replica %u: seal failed: %s", i, fk_err_name(rc));
+        return;
+    }
     sim__take_outbox(w, i, ob);
     core->ops->invariants(core->impl);
     check_chosen(w, i);

@@ -313,6 +313,8 @@ static int step(struct run *s, const struct cons_input *in, int want, int may_ma
     int rc = nop_step(s->r, in, s->now, &out);
     if (rc != want && !(may_malformed && rc == FK_EMALFORMED))
         abort();
+    if (nop_seal(s->r) != (rc == FK_EPOISONED ? FK_EPOISONED : 0))
+        abort();
     nop_invariants(s->r);
     check_outbox(s, out);
     return 0;

@@ -244,6 +244,8 @@ static int core_step(struct node *n, const struct cons_input *in)
 {
     struct cons_outbox *out;
     int rc = n->core.ops->step(n->core.impl, in, n->now, &out);
+    if (rc != FK_EPOISONED && n->core.ops->seal && n->core.ops->seal(n->core.impl) < 0)
+        abort(); /* a seal fails only on a poisoned core */
     n->core.ops->invariants(n->core.impl);
     if (rc == FK_EPOISONED)
         abort(); /* nothing a client or a healthy peer sends may do that */

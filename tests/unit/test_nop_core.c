@@ -60,6 +60,7 @@ static void step(struct group *g, uint32_t i, const struct cons_input *in)
 {
     struct cons_outbox *ob;
     CHECK_OK(nop_step(g->r[i], in, g->now, &ob));
+    CHECK_OK(nop_seal(g->r[i])); /* each step a commit (nop.h) */
     nop_invariants(g->r[i]);
     deliver(g, i, ob);
 }
@@ -645,6 +646,7 @@ TEST(malformed_and_misuse)
             .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = junk, .len = len};
         int rc = nop_step(g.r[0], &in, 0, &ob);
         CHECK(rc == FK_EMALFORMED || rc == 0);
+        CHECK_OK(nop_seal(g.r[0]));
         nop_invariants(g.r[0]);
     }
     uint8_t buf[128];

@@ -331,7 +331,14 @@ static void flush_here(struct group *g, uint32_t i)
 {
     struct rep *r = &g->r[i];
     uint64_t durable;
-    int rc = srv_disk_commit(r->disk, &durable);
+    int rc = r->core.ops->seal ? r->core.ops->seal(r->core.impl) : 0; /* as the server does */
+    if (rc == 0) {
+        r->core.ops->invariants(r->core.impl);
+        rc = srv_disk_commit(r->disk, &durable);
+    } else {
+        durable = r->fed;
+        srv_disk_abort(r->disk);
+    }
     r->txn = 0;
     if (rc < 0) {
         CHECK(rc == FK_EFULL || rc == FK_ESTORAGE || rc == FK_EPOISONED);
