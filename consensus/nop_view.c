@@ -92,7 +92,15 @@ static void enter_view(struct nop *r, int leader)
     r->find_slot = 0;
     r->last_heard = r->now;
     nop__oum_clear(r);
-    memset(r->acked, 0, sizeof r->acked);
+    /* What each follower holds is unknown until it answers a sync: the
+     * first one covers the ring after snap (hashes), and its answer says
+     * where the follower is. From 0 instead, the leader found slot 1 in
+     * neither its ring nor its history and told every follower to fetch
+     * a state; a wiped follower whose transfer was under way moved its
+     * ring past it and fetched again (three transfers in a row after a
+     * sequencer failover under YCSB-B). snap <= commit: no commit moves. */
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        r->acked[p] = r->snap;
     memset(r->exec_of, 0, sizeof r->exec_of);
     memset(r->hb_acked, 0, sizeof r->hb_acked);
     memset(r->sync_out, 0, sizeof r->sync_out);
