@@ -233,12 +233,13 @@ bench-kv: deps
 	@$(MAKE) --no-print-directory all $(BENCH_LAT)
 	@timeout --kill-after=30 900 client/bench/bench-kv.sh $(abspath $(BUILD))
 
-# `make bench-capacity`: Multi-Paxos and etcd at a million YCSB default
+# `make bench-capacity`: both protocols and etcd at a million YCSB default
 # records: load, workloads A to F with their p95, a replica's memory,
 # restart time against a 1,000-record replica, catch-up of a wiped
 # follower against mdb_copy, sync durability, and 64-byte records at a
-# million against 5,000 (ycsb/bench/capacity.sh; about 30 minutes, 10 GB
-# of disk at most at once). Ends with `capacity: load_ratio_etcd=...`.
+# million against 5,000 (ycsb/bench/capacity.sh, whose -p and -s pick
+# protocols and stages; about 40 minutes, 10 GB of disk at most at once).
+# Ends with `capacity: load_ratio_etcd=...` (NOPaxos' figures as nop_...).
 .PHONY: bench-capacity
 bench-capacity: deps
 	@$(MAKE) --no-print-directory all
