@@ -68,10 +68,14 @@ struct cons_core_config {
 #define CONS_XFER_CHUNK_DEFAULT  (256u << 10)
 #define CONS_XFER_WINDOW_DEFAULT 4
 /* Compacted entries a replica keeps for replicas behind its log
- * (cons_hist.h): 16 MiB, about four seconds of YCSB-B at 70k ops/s with
- * small records, ten at 20k ops/s with YCSB's default record (a read's
- * entry is about 60 bytes, an update's 150). */
-#define CONS_HISTORY_DEFAULT (16u << 20)
+ * (cons_hist.h): 64 MiB, about fifteen seconds of YCSB-B at 70k ops/s with
+ * small records, twenty at 40k ops/s with YCSB's default record (a read's
+ * entry is about 60 bytes, an update's 150). A follower whose state
+ * transfer took longer than that under continuous writes fetches the
+ * state again: 16 MiB was outgrown by the 9 s a million default records
+ * take to stream (NOPaxos, capacity.sh), and the follower fetched three
+ * times. The history costs its bytes of anonymous memory once full. */
+#define CONS_HISTORY_DEFAULT (64u << 20)
 
 /* A core's state in protocol-neutral terms. */
 struct cons_core_status {

@@ -168,18 +168,22 @@ static void connect_peers(struct srv_net *net)
 
 /* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
  * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
- * each way); kv.oum: 32 segments of 32 fragments per client (256 KiB: a
+ * each way); kv.oum: 16 segments of 64 fragments per client (256 KiB: a
  * bandwidth-mode source reads the consumed counter once half its ring is
- * in flight, one read per 16 segments here; with 8 segments, one per 4
- * and 5% less throughput). A kv.oum segment is one fetch-and-add at the
- * sequencer, which the client waits for: 32 requests to a segment, half
- * a pipelined client's burst of 64 (fkc_proto.h, FKC_OUM_TUPLE). */
+ * in flight, one read per 8 segments here; with 8 segments of 32, one per
+ * 4 and 5% less throughput). A kv.oum segment is one fetch-and-add at the
+ * sequencer, which the client waits for, and one write per replica: a
+ * pipelined client's burst of 64 small requests fills one (fkc_proto.h,
+ * FKC_OUM_TUPLE), and loading YCSB's default record (5 fragments) a
+ * segment holds 12 records: with segments of 32 fragments, the load of
+ * 300,000 records took 15% more CPU in the cluster (the client's system
+ * time 5.6 s against 3.2 s, each replica 10% more). */
 #define SRV_NET_SEGS      32
 #define SRV_NET_PEER_SEG  (8 * FKC_PEER_TUPLE)
 #define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
 #define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
-#define SRV_NET_OUM_SEGS  32
-#define SRV_NET_OUM_SEG   (32 * FKC_OUM_TUPLE)
+#define SRV_NET_OUM_SEGS  16
+#define SRV_NET_OUM_SEG   (64 * FKC_OUM_TUPLE)
 
 /* The target index of replica `member` on replica `home`'s kv.bcast.<home>:
  * the targets are the other replicas in id order. */

@@ -64,6 +64,44 @@ TEST(store_put_get_across_reopen)
     remove_dir();
 }
 
+/* kv_data_get in the write transaction positions the data cursor that
+ * kv_data_put then writes through: a key absent but with a neighbour
+ * that starts with it, one past the last key, one before the first, and
+ * writes of other databases and deletes in between must all read and
+ * write exactly that key. Checked against what a fresh read sees. */
+TEST(store_get_then_put_in_one_transaction_writes_exactly_that_key)
+{
+    make_dir();
+    struct kv_store *s = open_store(0, FK_DURABLE_ASYNC);
+    static const char *const keys[] = {"m", "ma", "mab", "a", "zz", "z", "mb", "m0", "ma"};
+    char buf[64];
+    size_t len;
+    CHECK_OK(kv_write_begin(s));
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int rc = kv_data_get(s, keys[i], strlen(keys[i]), buf, sizeof buf, &len);
+        int again = i == 8; /* "ma" a second time */
+        CHECK_EQ_I64(rc, again ? 0 : FK_ENOTFOUND);
+        char val[16];
+        int n = snprintf(val, sizeof val, "v%zu", i);
+        CHECK_OK(kv_data_put(s, keys[i], strlen(keys[i]), val, (size_t)n));
+        CHECK_OK(kv_log_put(s, i + 1, val, (size_t)n)); /* another database between */
+        if (i == 5)
+            CHECK_OK(kv_data_del(s, "m", 1)); /* moves the neighbours on its page */
+    }
+    CHECK_OK(kv_write_commit(s));
+    static const struct {
+        const char *k, *v;
+    } want[] = {{"a", "v3"},  {"m0", "v7"}, {"ma", "v8"}, {"mab", "v2"},
+                {"mb", "v6"}, {"z", "v5"},  {"zz", "v4"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        CHECK_OK(kv_data_get(s, want[i].k, strlen(want[i].k), buf, sizeof buf, &len));
+        CHECK(len == strlen(want[i].v) && memcmp(buf, want[i].v, len) == 0);
+    }
+    CHECK_ERR(kv_data_get(s, "m", 1, buf, sizeof buf, &len), FK_ENOTFOUND);
+    kv_store_close(s);
+    remove_dir();
+}
+
 TEST(store_abort_drops_changes_and_bad_calls_fail)
 {
     make_dir();
