@@ -238,7 +238,8 @@ bench-kv: deps
 # restart time against a 1,000-record replica, catch-up of a wiped
 # follower against mdb_copy, sync durability, and 64-byte records at a
 # million against 5,000 (ycsb/bench/capacity.sh, whose -p and -s pick
-# protocols and stages; about 40 minutes, 10 GB of disk at most at once).
+# protocols and stages; about 50 minutes, 20 of them loading NOPaxos in
+# sync durability, 10 GB of disk at most at once).
 # Ends with `capacity: load_ratio_etcd=...` (NOPaxos' figures as nop_...).
 .PHONY: bench-capacity
 bench-capacity: deps

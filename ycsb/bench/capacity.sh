@@ -278,9 +278,11 @@ for p in $protos; do
     suite "$p" || exit 1
 done
 
-# etcd, same records, loaded and run as flowkv is (two threads of 64 in
-# flight; then each workload with one thread of 128, and the best of that
-# and 64 threads of one, YCSB's own model).
+# etcd, same records, loaded with two threads of 64 in flight (flowkv
+# loads with one: a second thread gave it nothing more, the cluster's two
+# cores being busy, while etcd waits on its fsyncs and gains from it), then
+# each workload with one thread of 128, as flowkv, and the best of that and
+# 64 threads of one, YCSB's own model.
 if want etcd; then
     echo "capacity: etcd, $records records"
     ecd=$out/etcd
