@@ -26,7 +26,9 @@
  *    stream of chunks (cons_xfer.h), installed atomically, and goes on
  *    from the index it brought.
  *  - All replicas apply chosen slots in order through the client table; the
- *    leader replies to clients. Reads go through the log (linearizable).
+ *    leader replies to clients. Reads go through the log (linearizable);
+ *    only the leader executes them, the others log them in their client
+ *    tables (cons_log_read), as NOPaxos' followers do.
  *  - Compacted chosen entries stay in a history of history_bytes (encoded,
  *    oldest dropped first), from which a follower somewhat behind the ring
  *    catches up, as etcd keeps entries after a snapshot: above all one
