@@ -101,14 +101,26 @@ wait_caught_up() { # wait_caught_up DIR ID: its commit point reaches the leader'
 }
 
 cli_ops() { # cli_ops DIR PROTO: every CLI command and its exit status
-    local c="$1/cluster.conf" out
-    "$CLI" -c "$c" put k1 v1 && [ "$("$CLI" -c "$c" get k1)" = v1 ] || return 1
-    echo -n from-stdin | "$CLI" -c "$c" put k2 && [ "$("$CLI" -c "$c" get k2)" = from-stdin ] || return 2
-    "$CLI" -c "$c" get missing >/dev/null 2>&1; [ $? -eq 1 ] || return 3
-    "$CLI" -c "$c" cas k1 wrong v2 2>/dev/null; [ $? -eq 5 ] || return 4
-    "$CLI" -c "$c" cas k1 v1 v2 && [ "$("$CLI" -c "$c" get k1)" = v2 ] || return 5
-    out=$("$CLI" -c "$c" scan k 2) && [ "$out" = "$(printf 'k1\tv2\nk2\tfrom-stdin')" ] || return 6
-    "$CLI" -c "$c" del k2 && { "$CLI" -c "$c" get k2 >/dev/null 2>&1; [ $? -eq 1 ]; } || return 7
+    local c="$1/cluster.conf" out rc
+    # A failed step says which (its number is the return status) and what
+    # the command answered, so that a failure in CI can be told apart.
+    "$CLI" -c "$c" put k1 v1 && [ "$("$CLI" -c "$c" get k1)" = v1 ] || { echo "put/get k1"; return 1; }
+    echo -n from-stdin | "$CLI" -c "$c" put k2 && [ "$("$CLI" -c "$c" get k2)" = from-stdin ] || {
+        echo "put from stdin"
+        return 2
+    }
+    out=$("$CLI" -c "$c" get missing 2>&1)
+    rc=$?
+    [ $rc -eq 1 ] || { echo "get missing: exit status $rc: $out"; return 3; }
+    out=$("$CLI" -c "$c" cas k1 wrong v2 2>&1)
+    rc=$?
+    [ $rc -eq 5 ] || { echo "cas k1 wrong: exit status $rc: $out"; return 4; }
+    "$CLI" -c "$c" cas k1 v1 v2 && [ "$("$CLI" -c "$c" get k1)" = v2 ] || { echo "cas k1 v1 v2"; return 5; }
+    out=$("$CLI" -c "$c" scan k 2) && [ "$out" = "$(printf 'k1\tv2\nk2\tfrom-stdin')" ] || {
+        echo "scan k 2: $out"
+        return 6
+    }
+    "$CLI" -c "$c" del k2 && { "$CLI" -c "$c" get k2 >/dev/null 2>&1; [ $? -eq 1 ]; } || { echo "del k2"; return 7; }
     # The size limits: the largest key works, one byte more is refused
     # with the error that names the limit (README, Limits).
     local k511 k512 err
@@ -132,8 +144,9 @@ cli_ops() { # cli_ops DIR PROTO: every CLI command and its exit status
         case $err in *"nopaxos carries at most 4096 bytes"*) ;; *) echo "$err"; return 9 ;; esac
     fi
     "$CLI" -c "$c" del big || return 9 # room under the 2 MiB quota
-    "$CLI" -c "$c" frobnicate 2>/dev/null; [ $? -eq 2 ] || return 10
-    "$CLI" -c "$c" status | grep -q leader || return 11
+    "$CLI" -c "$c" frobnicate 2>/dev/null; [ $? -eq 2 ] || { echo "frobnicate: not status 2"; return 10; }
+    out=$("$CLI" -c "$c" status 2>&1)
+    grep -q leader <<<"$out" || { echo "status shows no leader: $out"; return 11; }
     return 0
 }
 
