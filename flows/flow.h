@@ -51,9 +51,9 @@
 #define FLOW_NAME_MAX    48 /* flow name including terminator */
 #define FLOW_COLS_MAX    16
 #define FLOW_COLNAME_MAX 24
-#define FLOW_TARGETS_MAX 16 /* targets per flow, declared plus joined */
-#define FLOW_SOURCES_MAX 64 /* source slots per target */
-#define FLOW_FLOWS_MAX   64 /* flows one node knows */
+#define FLOW_TARGETS_MAX 16   /* targets per flow, declared plus joined */
+#define FLOW_SOURCES_MAX 4096 /* source slots per target (a ring each while attached) */
+#define FLOW_FLOWS_MAX   64   /* flows one node knows */
 #define FLOW_PEERS_MAX   16
 #define FLOW_TUPLE_MAX   4032 /* a tuple fits one datagram with its header */
 
@@ -140,6 +140,8 @@ int flow_node_wait(flow_node *node, uint64_t seen, uint64_t timeout_ns);
 /* Bytes of flow memory this node holds: registered rings, counters and
  * staging segments, and datagram buffers (DESIGN.md: memory per node). */
 uint64_t flow_node_memory(const flow_node *node);
+/* flow_node_config.mem_limit (0: none). */
+uint64_t flow_node_mem_limit(const flow_node *node);
 
 /* ---- declaration -------------------------------------------------------------- */
 
@@ -183,9 +185,15 @@ int flow_declare(flow_node *node, const char *name, const struct flow_schema *sc
 /* ---- targets ---------------------------------------------------------------------- */
 
 /* Opens target index of flow name on node (which must be the node declared
- * for that index). Allocates and registers max_sources rings. The handle
- * belongs to the calling thread. Errors: FK_EUNKNOWN_FLOW, FK_EINVAL (index,
- * wrong node), FK_EBUSY (already open), FK_ENOMEM. */
+ * for that index). Allocates max_sources slots; a slot's ring is allocated
+ * and registered when a source attaches, sized as that source asks (at
+ * most the declared segments), charged to the node's mem_limit, and freed
+ * when the source ends (DFI section 5.3: a ring per source; a service
+ * with many clients pays for the clients it has, each for the load it
+ * declared). An attach past mem_limit is refused: the source's open fails
+ * with FK_ENOMEM. The handle belongs to the calling thread. Errors:
+ * FK_EUNKNOWN_FLOW, FK_EINVAL (index, wrong node), FK_EBUSY (already
+ * open), FK_ENOMEM. */
 int flow_target_open(flow_node *node, const char *name, int index, flow_target **out);
 
 /* Elastic join (beyond DFI): adds this node as a new target of an open flow
@@ -237,6 +245,13 @@ int flow_combiner_result(flow_target *t, const void **rows, uint64_t timeout_ns)
  * FK_ENOMEM. The handle belongs to the calling thread. */
 int flow_source_open(flow_node *node, const char *name, int index, uint64_t timeout_ns,
                      flow_source **out);
+/* As flow_source_open, with rings of `segments` segments at every target
+ * (0: the declared count; more is capped to it, fewer than 2 raised to
+ * 2): a source that never has much in flight (a client with one request
+ * outstanding) costs its targets that much memory only. FK_ENOMEM: a
+ * target's node is at its memory limit (flow_node_config.mem_limit). */
+int flow_source_open_ring(flow_node *node, const char *name, int index, uint32_t segments,
+                          uint64_t timeout_ns, flow_source **out);
 
 /* Sets how long a push (and a later attach to a joined target) may block
  * before FK_ETIMEDOUT; 0 = FLOW_BLOCK_TIMEOUT_NS. A service answering many

@@ -128,6 +128,10 @@ struct flow__geom {
     uint64_t ring_bytes; /* ctrl + nseg * seg_stride */
 };
 void flow__geom(const struct flow__desc *d, struct flow__geom *g);
+/* The segments of a ring a source asks for: `want` capped to the
+ * declared nseg (0 = nseg), at least 2. Source and target compute it
+ * alike. */
+uint32_t flow__ring_segs(const struct flow__geom *g, uint32_t want);
 
 /* Control messages between nodes (fab_call), DFI's registry protocol. */
 enum flow__msg_type {
@@ -148,7 +152,7 @@ struct flow__msg_hdr {
 struct flow__attach_req {
     struct flow__msg_hdr h; /* arg: target index */
     int32_t slot;           /* FLOW_ANY or a declared source index */
-    uint32_t pad;
+    uint32_t segments;      /* the ring the source asks for (flow__ring_segs) */
     char source_node[FAB_ADDR_MAX];
     struct fab_rkey credit;      /* latency mode: where the target writes consumed counts */
     char mcast_ep[FAB_ADDR_MAX]; /* multicast: the source's datagram endpoint */
@@ -156,7 +160,7 @@ struct flow__attach_req {
 
 struct flow__attach_resp {
     int32_t slot;
-    uint32_t pad;
+    uint32_t segments; /* the ring's segments */
     struct fab_rkey ring;
     char mcast_ep[FAB_ADDR_MAX]; /* multicast: the target's datagram endpoint */
 };
@@ -180,8 +184,13 @@ struct flow__slot {
     struct fab_rkey credit;
     char mcast_ep[FAB_ADDR_MAX]; /* multicast: the source's endpoint */
     uint64_t src_id;             /* multicast: XXH64 of mcast_ep, in every datagram */
-    /* consumer thread only: */
+    /* The ring: allocated and registered at attach, freed when the slot
+     * ends (consumer thread, under the target's lock). */
     uint8_t *ring;
+    fab_mr *mr;
+    uint64_t ring_bytes; /* ctrl + nseg * seg_stride, charged to the node */
+    uint32_t nseg;
+    /* consumer thread only: */
     uint64_t head; /* segments consumed */
     uint32_t pos;  /* tuple index within the head segment */
     int ended;
@@ -200,18 +209,17 @@ struct flow_target {
     pthread_t owner;
     int closed;
     pthread_mutex_t lock; /* slot transitions (attach, close, reclaim); not the data path */
-    uint8_t *mem;         /* max_sources rings */
-    uint64_t mem_bytes;
-    fab_mr *mr;
+    uint64_t mem_bytes;   /* credit words (rings are charged per slot) */
     uint32_t nslots;
-    struct flow__slot slots[FLOW_SOURCES_MAX];
-    uint32_t cursor;        /* round-robin position */
-    uint32_t run_left;      /* tuples left in the cursor slot's head segment */
-    uint64_t run_state;     /* that segment's footer state */
-    uint64_t bell;          /* fabric doorbell value before the last scan */
-    int joined;             /* opened by flow_target_join: leaves on close */
-    int release_slot;       /* slot whose head segment is released on the next consume */
-    uint64_t *credit_stage; /* per slot: staging for credit writes (registered) */
+    uint32_t hi; /* atomic: 1 + the highest slot attached since open; scans stop there */
+    struct flow__slot *slots; /* nslots */
+    uint32_t cursor;          /* round-robin position */
+    uint32_t run_left;        /* tuples left in the cursor slot's head segment */
+    uint64_t run_state;       /* that segment's footer state */
+    uint64_t bell;            /* fabric doorbell value before the last scan */
+    int joined;               /* opened by flow_target_join: leaves on close */
+    int release_slot;         /* slot whose head segment is released on the next consume */
+    uint64_t *credit_stage;   /* per slot: staging for credit writes (registered) */
     fab_mr *credit_mr;
     uint32_t declared_ended;   /* declared sources that ended */
     struct flow__order *order; /* ordered replicate state, or NULL */
@@ -249,8 +257,9 @@ struct flow_source {
     flow_node *node;
     struct flow__desc desc;
     struct flow__geom geom;
-    int index;      /* declared index, or FLOW_ANY for a joined source */
-    uint32_t rfill; /* replicate: tuples in the current segment of every target */
+    int index;          /* declared index, or FLOW_ANY for a joined source */
+    uint32_t want_segs; /* ring size asked of every target (flow_source_open_ring) */
+    uint32_t rfill;     /* replicate: tuples in the current segment of every target */
     pthread_t owner;
     uint64_t timeout_ns;
     flow_route_fn route;
@@ -300,6 +309,12 @@ int flow__call_within(flow_node *n, const char *addr, const void *req, size_t le
                       size_t cap, uint64_t timeout_ns);
 
 /* ---- flow_target.c ---- */
+/* Slots at or above this were never attached: scans of the rings stop
+ * there, so a target sized for thousands of sources scans the ones it had. */
+static inline uint32_t flow__slots_hi(const flow_target *t)
+{
+    return __atomic_load_n(&t->hi, __ATOMIC_ACQUIRE);
+}
 int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach_req *req,
                         struct flow__attach_resp *resp);
 void flow__target_peer_closed(flow_target *t, uint64_t peer);

@@ -77,6 +77,11 @@ uint64_t flow_node_memory(const flow_node *n)
     return __atomic_load_n(&n->mem_used, __ATOMIC_RELAXED);
 }
 
+uint64_t flow_node_mem_limit(const flow_node *n)
+{
+    return n->mem_limit;
+}
+
 const char *flow_node_addr(const flow_node *n)
 {
     return fab_node_addr(n->fab);
@@ -516,6 +521,12 @@ void flow__geom(const struct flow__desc *d, struct flow__geom *g)
     g->seg_stride = g->seg_payload + FLOW__FOOTER_BYTES;
     g->nseg = d->opts.segments;
     g->ring_bytes = FLOW__CTRL_BYTES + (uint64_t)g->nseg * g->seg_stride;
+}
+
+uint32_t flow__ring_segs(const struct flow__geom *g, uint32_t want)
+{
+    uint32_t n = want == 0 || want > g->nseg ? g->nseg : want;
+    return n < 2 ? 2 : n;
 }
 
 static int check_opts(struct flow_opts *o, const struct flow_schema *s, int nsources, int ntargets)

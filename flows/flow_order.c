@@ -60,7 +60,7 @@ static void scan_heads(flow_target *t, struct scan *sc)
     sc->deliver = -1;
     sc->later = 0;
     sc->new_session = 0;
-    for (uint32_t i = 0; i < t->nslots; i++) {
+    for (uint32_t i = 0; i < flow__slots_hi(t); i++) {
         uint64_t st;
         while (flow__head_state(t, i, &st)) {
             struct flow__slot *s = &t->slots[i];

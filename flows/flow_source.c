@@ -391,12 +391,13 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
 {
     struct flow__starget *st = &s->t[k];
     struct flow__attach_req req;
-    struct flow__attach_resp resp;
+    struct flow__attach_resp resp = {0};
     memset(&req, 0, sizeof(req));
     req.h.type = FLOW__MSG_ATTACH;
     req.h.arg = (uint32_t)k;
     snprintf(req.h.name, sizeof(req.h.name), "%s", s->desc.name);
     req.slot = s->index;
+    req.segments = s->geom.nseg;
     snprintf(req.source_node, sizeof(req.source_node), "%s", flow_node_addr(s->node));
     req.credit = fab_mr_rkey(s->mr);
     req.credit.addr = (uint64_t)(uintptr_t)&s->credits[k];
@@ -409,6 +410,8 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
         rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), attach_wait(deadline), &st->conn);
         if (rc == 0)
             rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), attach_wait(deadline));
+        if (rc == (int)sizeof(resp) && resp.segments != s->geom.nseg && s->mc == NULL)
+            rc = FK_EPROTO; /* both sides compute it (flow__ring_segs) */
         if (rc == (int)sizeof(resp))
             break;
         if (rc >= 0)
@@ -841,6 +844,8 @@ static int alloc_stages(flow_source *s, int k)
 static int source_init(flow_source *s)
 {
     flow__geom(&s->desc, &s->geom);
+    s->geom.nseg = flow__ring_segs(&s->geom, s->want_segs);
+    s->geom.ring_bytes = FLOW__CTRL_BYTES + (uint64_t)s->geom.nseg * s->geom.seg_stride;
     /* credits[16] and read buffers[16], 8 bytes each, in one region. */
     uint64_t bytes = 2 * FLOW_TARGETS_MAX * 8;
     int rc = flow__mem_charge(s->node, (int64_t)bytes);
@@ -920,6 +925,12 @@ void flow_source_set_timeout(flow_source *s, uint64_t timeout_ns)
 int flow_source_open(flow_node *n, const char *name, int index, uint64_t timeout_ns,
                      flow_source **out)
 {
+    return flow_source_open_ring(n, name, index, 0, timeout_ns, out);
+}
+
+int flow_source_open_ring(flow_node *n, const char *name, int index, uint32_t segments,
+                          uint64_t timeout_ns, flow_source **out)
+{
     if (n == NULL || name == NULL || out == NULL || strlen(name) >= FLOW_NAME_MAX ||
         (index < 0 && index != FLOW_ANY))
         return FK_EINVAL;
@@ -938,6 +949,7 @@ int flow_source_open(flow_node *n, const char *name, int index, uint64_t timeout
     s->owner = pthread_self();
     s->timeout_ns = timeout_ns ? timeout_ns : FLOW_BLOCK_TIMEOUT_NS;
     s->session = s->desc.seq_session;
+    s->want_segs = segments;
     rc = source_init(s);
     if (rc < 0) {
         source_free(s);

@@ -24,8 +24,8 @@ enum { SLOT_ENDED = 3 }; /* a declared source ended: its slot is not reused */
 
 uint8_t *flow__seg(const flow_target *t, uint32_t slot, uint64_t segno)
 {
-    return t->mem + (uint64_t)slot * t->geom.ring_bytes + FLOW__CTRL_BYTES +
-           (segno % t->geom.nseg) * t->geom.seg_stride;
+    const struct flow__slot *s = &t->slots[slot];
+    return s->ring + FLOW__CTRL_BYTES + (segno % s->nseg) * t->geom.seg_stride;
 }
 
 struct flow__footer *flow__footer_of(const flow_target *t, uint8_t *seg)
@@ -35,7 +35,44 @@ struct flow__footer *flow__footer_of(const flow_target *t, uint8_t *seg)
 
 static uint64_t *consumed_word(const flow_target *t, uint32_t slot)
 {
-    return (uint64_t *)(void *)(t->mem + (uint64_t)slot * t->geom.ring_bytes);
+    return (uint64_t *)(void *)t->slots[slot].ring;
+}
+
+/* The slot's ring: nseg segments, charged to the node's memory limit
+ * (control plane, under t->lock). */
+static int ring_alloc(flow_target *t, struct flow__slot *s, uint32_t nseg)
+{
+    uint64_t bytes = (FLOW__CTRL_BYTES + (uint64_t)nseg * t->geom.seg_stride + 63) / 64 * 64;
+    int rc = flow__mem_charge(t->node, (int64_t)bytes);
+    if (rc < 0)
+        return rc;
+    s->ring = aligned_alloc(64, bytes);
+    if (s->ring != NULL) {
+        memset(s->ring, 0, bytes);
+        rc = fab_mr_reg(flow__fab(t->node), s->ring, bytes, &s->mr);
+    }
+    if (s->ring == NULL || rc < 0) {
+        free(s->ring);
+        s->ring = NULL;
+        flow__mem_charge(t->node, -(int64_t)bytes);
+        return FK_ENOMEM;
+    }
+    s->ring_bytes = bytes;
+    s->nseg = nseg;
+    return 0;
+}
+
+/* After fab_mr_dereg no remote write reaches the memory (fab.h). */
+static void ring_free(flow_target *t, struct flow__slot *s)
+{
+    if (s->ring == NULL)
+        return;
+    fab_mr_dereg(s->mr);
+    free(s->ring);
+    flow__mem_charge(t->node, -(int64_t)s->ring_bytes);
+    s->ring = NULL;
+    s->mr = NULL;
+    s->ring_bytes = 0;
 }
 
 /* ---- control plane (progress thread) ----------------------------------------------- */
@@ -63,6 +100,19 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
 {
     pthread_mutex_lock(&t->lock);
     int slot = t->closed ? FK_ECLOSED : pick_slot(t, req->slot);
+    uint32_t nseg = flow__ring_segs(&t->geom, req->segments);
+    if (slot >= 0 && !t->desc.opts.multicast) {
+        assert(t->slots[slot].ring == NULL); /* freed when its last source ended */
+        int rc = ring_alloc(t, &t->slots[slot], nseg);
+        if (rc < 0) {
+            fk_warn("flows",
+                    "flow %s target %d: source from %s refused: flow memory %llu of %llu bytes",
+                    t->desc.name, t->index, req->source_node,
+                    (unsigned long long)flow_node_memory(t->node),
+                    (unsigned long long)flow_node_mem_limit(t->node));
+            slot = rc;
+        }
+    }
     if (slot >= 0) {
         struct flow__slot *s = &t->slots[slot];
         s->peer_id = peer;
@@ -75,11 +125,11 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
         __atomic_store_n(&s->status, SLOT_ATTACHED, __ATOMIC_RELEASE);
         memset(resp, 0, sizeof(*resp));
         resp->slot = slot;
-        if (t->mr != NULL) {
-            resp->ring = fab_mr_rkey(t->mr);
-            resp->ring.addr += (uint64_t)slot * t->geom.ring_bytes;
-            resp->ring.len = t->geom.ring_bytes;
-        }
+        resp->segments = nseg;
+        if (s->mr != NULL)
+            resp->ring = fab_mr_rkey(s->mr);
+        if ((uint32_t)slot >= __atomic_load_n(&t->hi, __ATOMIC_RELAXED))
+            __atomic_store_n(&t->hi, (uint32_t)slot + 1, __ATOMIC_RELEASE);
         if (t->mc != NULL)
             snprintf(resp->mcast_ep, FAB_ADDR_MAX, "%s", flow__mc_ep_addr(t));
     }
@@ -90,7 +140,7 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
 void flow__target_peer_closed(flow_target *t, uint64_t peer)
 {
     pthread_mutex_lock(&t->lock);
-    for (uint32_t i = 0; i < t->nslots; i++) {
+    for (uint32_t i = 0; i < flow__slots_hi(t); i++) {
         struct flow__slot *s = &t->slots[i];
         if (s->peer_id == peer && __atomic_load_n(&s->status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED)
             __atomic_store_n(&s->dead, 1, __ATOMIC_RELEASE);
@@ -105,7 +155,7 @@ void flow__target_peer_closed(flow_target *t, uint64_t peer)
 static void send_credit(flow_target *t, uint32_t i)
 {
     struct flow__slot *s = &t->slots[i];
-    uint32_t threshold = t->geom.nseg / 4 ? t->geom.nseg / 4 : 1;
+    uint32_t threshold = s->nseg / 4 ? s->nseg / 4 : 1;
     if (t->desc.opts.mode != FLOW_LATENCY || s->head - s->credit_sent < threshold ||
         s->credit.len == 0)
         return;
@@ -142,8 +192,7 @@ void flow__end_slot(flow_target *t, uint32_t i)
     s->credit_conn = NULL;
     if (s->declared)
         t->declared_ended++;
-    if (t->mem != NULL)
-        memset(t->mem + (uint64_t)i * t->geom.ring_bytes, 0, t->geom.ring_bytes);
+    ring_free(t, s);
     if (t->mc != NULL)
         flow__mc_slot_reset(t, i);
     s->head = 0;
@@ -164,7 +213,7 @@ int flow__all_ended(flow_target *t)
 {
     if (t->desc.nsources == 0 || t->declared_ended < t->desc.nsources)
         return 0;
-    for (uint32_t i = 0; i < t->nslots; i++)
+    for (uint32_t i = 0; i < flow__slots_hi(t); i++)
         if (__atomic_load_n(&t->slots[i].status, __ATOMIC_ACQUIRE) == SLOT_ATTACHED)
             return 0;
     return 1;
@@ -231,8 +280,9 @@ int flow__ring_next(flow_target *t, struct flow_item *item)
         take_tuple(t, t->cursor, t->run_state, item);
         return 0;
     }
-    for (uint32_t k = 0; k < t->nslots; k++) {
-        uint32_t i = (t->cursor + k) % t->nslots;
+    uint32_t hi = flow__slots_hi(t);
+    for (uint32_t k = 0; k < hi; k++) {
+        uint32_t i = (t->cursor + k) % hi;
         uint64_t st;
         if (!flow__head_state(t, i, &st))
             continue;
@@ -304,45 +354,39 @@ int flow_target_index(const flow_target *t)
 
 static void target_free_mem(flow_target *t)
 {
-    if (t->mr != NULL)
-        fab_mr_dereg(t->mr);
+    for (uint32_t i = 0; t->slots != NULL && i < t->nslots; i++)
+        ring_free(t, &t->slots[i]);
     if (t->credit_mr != NULL)
         fab_mr_dereg(t->credit_mr);
-    free(t->mem);
     free(t->credit_stage);
+    free(t->slots);
     flow__mem_charge(t->node, -(int64_t)t->mem_bytes);
-    t->mr = t->credit_mr = NULL;
-    t->mem = NULL;
+    t->credit_mr = NULL;
     t->credit_stage = NULL;
+    t->slots = NULL;
     t->mem_bytes = 0;
 }
 
-/* Allocates and registers the max_sources rings (none for multicast, whose
- * tuples arrive as datagrams) and the credit staging words. Memory is
- * max_sources * (64 + segments * (segment payload + 16)) + max_sources * 8. */
+/* Allocates the max_sources slots and the credit staging words (8 bytes a
+ * slot, registered); rings come with attaches (ring_alloc; none for
+ * multicast, whose tuples arrive as datagrams). */
 static int target_alloc(flow_target *t)
 {
     flow__geom(&t->desc, &t->geom);
     t->nslots = t->desc.opts.max_sources;
-    uint64_t rings = t->desc.opts.multicast ? 0 : (uint64_t)t->nslots * t->geom.ring_bytes;
     uint64_t credits = ((uint64_t)t->nslots * 8 + 63) / 64 * 64;
-    int rc = flow__mem_charge(t->node, (int64_t)(rings + credits));
+    int rc = flow__mem_charge(t->node, (int64_t)credits);
     if (rc < 0)
         return rc;
-    t->mem_bytes = rings + credits;
+    t->mem_bytes = credits;
     t->credit_stage = aligned_alloc(64, credits);
-    if (rings > 0)
-        t->mem = aligned_alloc(64, (rings + 63) / 64 * 64);
-    if (t->credit_stage == NULL || (rings > 0 && t->mem == NULL)) {
+    t->slots = calloc(t->nslots, sizeof *t->slots);
+    if (t->credit_stage == NULL || t->slots == NULL) {
         target_free_mem(t);
         return FK_ENOMEM;
     }
     memset(t->credit_stage, 0, credits);
     rc = fab_mr_reg(flow__fab(t->node), t->credit_stage, credits, &t->credit_mr);
-    if (rc == 0 && rings > 0) {
-        memset(t->mem, 0, rings);
-        rc = fab_mr_reg(flow__fab(t->node), t->mem, rings, &t->mr);
-    }
     if (rc < 0)
         target_free_mem(t);
     return rc;
@@ -350,7 +394,7 @@ static int target_alloc(flow_target *t)
 
 static void target_destroy(flow_target *t)
 {
-    for (uint32_t i = 0; i < t->nslots; i++)
+    for (uint32_t i = 0; t->slots != NULL && i < t->nslots; i++)
         if (t->slots[i].credit_conn != NULL)
             fab_conn_close(t->slots[i].credit_conn);
     if (t->order != NULL)

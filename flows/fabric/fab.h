@@ -182,8 +182,9 @@ void fab_node_set_handlers(fab_node *node, fab_call_fn call, fab_close_fn on_clo
 /* Registers [addr, addr+len) for remote write, read and fetch-and-add. The
  * memory stays owned by the caller and must outlive the region. *out is
  * valid until fab_mr_dereg. Errors: FK_EINVAL (NULL, len 0), FK_ENOMEM
- * (region table full, FAB_MR_MAX). Any thread. */
-#define FAB_MR_MAX 1024
+ * (region table full, FAB_MR_MAX: a ring per attached source of a
+ * target, so a few per client of a service). Any thread. */
+#define FAB_MR_MAX 16384
 int fab_mr_reg(fab_node *node, void *addr, size_t len, fab_mr **out);
 
 /* Deregisters: after return no remote operation touches the memory. */

@@ -178,8 +178,8 @@ static int tcp_mr_reg(fab_node *bn, void *addr, size_t len, fab_mr **out)
     mr->base.node = bn;
     mr->base.addr = addr;
     mr->base.len = len;
-    mr->base.key = (n->mr_gen << 10) | (uint32_t)slot;
-    _Static_assert(FAB_MR_MAX == 1024, "key layout assumes 10 index bits");
+    mr->base.key = (n->mr_gen << 14) | (uint32_t)slot;
+    _Static_assert(FAB_MR_MAX == 1 << 14, "key layout assumes 14 index bits");
     n->mrs[slot] = mr;
     pthread_mutex_unlock(&n->mr_lock);
     *out = &mr->base;

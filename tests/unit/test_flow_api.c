@@ -131,6 +131,9 @@ TEST(flow_bad_arguments_return_documented_errors)
     flow_node_destroy(b);
 }
 
+/* A target's open costs its credit words; each attached source costs the
+ * ring it asked for (at most the declared one), checked against the
+ * node's limit at the attach and given back when the source ends. */
 TEST(flow_memory_reported_and_bounded)
 {
     struct flow_node_config cfg;
@@ -138,6 +141,7 @@ TEST(flow_memory_reported_and_bounded)
     cfg.mem_limit = 100 * 1024;
     flow_node *a = ft_node(), *b;
     CHECK_OK(flow_node_create(&cfg, &b));
+    CHECK_EQ_U64(flow_node_mem_limit(b), 100 * 1024);
     struct flow_schema sc;
     ft_schema(&sc);
     struct flow_opts o;
@@ -146,21 +150,46 @@ TEST(flow_memory_reported_and_bounded)
     o.segment_bytes = 4096;
     const char *tg[1] = {flow_node_addr(b)};
     CHECK_OK(flow_declare(a, "small", &sc, 2, tg, 1, &o));
-    o.segments = 64; /* 2 rings of 64 * 4 KiB: over the 100 KiB bound */
+    o.segments = 64; /* a ring of 64 * 4 KiB: over the 100 KiB bound */
     CHECK_OK(flow_declare(a, "big", &sc, 2, tg, 1, &o));
-    flow_target *t;
-    CHECK_ERR(flow_target_open(b, "big", 0, &t), FK_ENOMEM);
-    CHECK_EQ_U64(flow_node_memory(b), 0);
+    flow_target *t, *tb;
     CHECK_OK(flow_target_open(b, "small", 0, &t));
-    /* 2 rings of (64 + 4 * (4096 + 16)) bytes, plus 2 credit words padded to 64. */
-    CHECK_EQ_U64(flow_node_memory(b), 2 * (64 + 4 * (4096 + 16)) + 64);
-    flow_source *s;
+    CHECK_EQ_U64(flow_node_memory(b), 64); /* 2 credit words padded to 64 */
+    CHECK_OK(flow_target_open(b, "big", 0, &tb));
+    CHECK_EQ_U64(flow_node_memory(b), 128);
+    const uint64_t ring4 = 64 + 4 * (4096 + 16), ring3 = (64 + 3 * (4096 + 16) + 63) / 64 * 64;
+    flow_source *s, *s2;
     CHECK_OK(flow_source_open(a, "small", 0, FT_SEC, &s));
+    CHECK_EQ_U64(flow_node_memory(b), 128 + ring4);
     /* credits and read words (256) plus one target's 4 staged segments. */
     CHECK_EQ_U64(flow_node_memory(a), 256 + 4 * (4096 + 16));
+    /* The declared ring does not fit: refused, and nothing is held. */
+    CHECK_ERR(flow_source_open(a, "big", 0, FT_SEC, &s2), FK_ENOMEM);
+    CHECK_EQ_U64(flow_node_memory(b), 128 + ring4);
+    /* A source asking for 3 segments fits, and its tuples wrap that ring. */
+    CHECK_OK(flow_source_open_ring(a, "big", 0, 3, FT_SEC, &s2));
+    CHECK_EQ_U64(flow_node_memory(b), 128 + ring4 + ring3);
+    struct flow_item it;
+    for (uint64_t round = 0; round < 10; round++) {
+        for (uint64_t i = 0; i < 100; i++) {
+            struct ft_tuple tp = {round * 100 + i, 0, 0, 0};
+            CHECK_OK(flow_push(s2, &tp, sizeof tp));
+        }
+        CHECK_OK(flow_flush(s2));
+        for (uint64_t i = 0; i < 100; i++) {
+            CHECK_OK(flow_consume(tb, &it, 5 * FT_SEC));
+            CHECK_EQ_U64(((const struct ft_tuple *)it.tuple)->key, round * 100 + i);
+        }
+    }
+    CHECK_OK(flow_source_close(s2));
     CHECK_OK(flow_source_close(s));
+    /* Each ring is given back once its target has seen the source end. */
+    CHECK_ERR(flow_consume(tb, &it, 100 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
+    CHECK_ERR(flow_consume(t, &it, 100 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
+    CHECK_EQ_U64(flow_node_memory(b), 128);
     CHECK_EQ_U64(flow_node_memory(a), 0);
     flow_target_close(t);
+    flow_target_close(tb);
     CHECK_EQ_U64(flow_node_memory(b), 0);
     flow_node_destroy(a);
     flow_node_destroy(b);

@@ -6,6 +6,8 @@
  */
 #include "../flows/flowtest.h"
 
+#include <sys/resource.h>
+
 #define JOIN_TUPLES 300
 
 /* A child's node: waits for the home address from the parent (exits if
@@ -120,6 +122,84 @@ TEST(elastic_sources_join_leave_and_dead_slot_reclaimed)
     CHECK_EQ_U64(flow_node_memory(n), ring_mem); /* reclaimed, not grown */
     flow_target_close(t);
     flow_node_destroy(n);
+}
+
+/* Polls t (which notices ended sources while consuming) until node n's
+ * flow memory is want: bounded by the test deadline. */
+static void consume_until_memory(flow_target *t, flow_node *n, uint64_t want)
+{
+    uint64_t deadline = fk_now_ns() + FT_DEADLINE;
+    struct flow_item it;
+    while (flow_node_memory(n) != want) {
+        CHECK(fk_now_ns() < deadline);
+        CHECK_ERR(flow_consume(t, &it, 10 * FK_NSEC_PER_MSEC), FK_ETIMEDOUT);
+    }
+}
+
+/* A service flow sized for thousands of clients pays for the ones it has
+ * (flow.h, flow_target_open): 1,024 sources join with 2-segment rings and
+ * push one tuple each; the target's node holds its credit words and one
+ * such ring per source; 200 leave and their rings come back; 200 others
+ * take their slots. */
+TEST(elastic_a_thousand_sources_pay_for_their_rings)
+{
+    enum { N = 1024, GONE = 200 };
+    struct rlimit rl;
+    CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0); /* two descriptors a source here */
+    rl.rlim_cur = rl.rlim_max;
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+    CHECK(rl.rlim_cur >= 3 * N);
+    flow_node *a = ft_node(), *b = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH);
+    o.segment_bytes = 4096;
+    o.segments = 32;
+    o.max_sources = 2 * N;
+    const char *tg[1] = {flow_node_addr(b)};
+    CHECK_OK(flow_declare(b, "many", &sc, 0, tg, 1, &o));
+    CHECK_OK(flow_node_add_peer(a, flow_node_addr(b)));
+    flow_target *t;
+    CHECK_OK(flow_target_open(b, "many", 0, &t));
+    const uint64_t base = flow_node_memory(b), ring2 = (64 + 2 * (4096 + 16) + 63) / 64 * 64;
+    CHECK_EQ_U64(base, 2 * N * 8);
+    flow_source **s = calloc(N, sizeof *s);
+    uint8_t *seen = calloc(2 * N, 1);
+    CHECK(s != NULL && seen != NULL);
+    for (uint64_t k = 0; k < N + GONE; k++) {
+        uint64_t i = k < N ? k : k - N; /* the last GONE reuse the first ones' handles */
+        if (k == N) {
+            for (uint64_t j = 0; j < GONE; j++)
+                CHECK_OK(flow_source_close(s[j]));
+            consume_until_memory(t, b, base + (N - GONE) * ring2);
+        }
+        CHECK_OK(flow_source_open_ring(a, "many", FLOW_ANY, 2, 5 * FT_SEC, &s[i]));
+        struct ft_tuple tp = {k, 1, k, ft_check(k, 1, k)};
+        CHECK_OK(flow_push(s[i], &tp, sizeof tp));
+        CHECK_OK(flow_flush(s[i]));
+        if (k == N - 1 || k == N + GONE - 1) {
+            for (uint64_t got = k < N ? 0 : N; got <= k; got++) {
+                struct flow_item it;
+                CHECK_OK(flow_consume(t, &it, 5 * FT_SEC));
+                const struct ft_tuple *in = it.tuple;
+                CHECK(in->key <= k && !seen[in->key]);
+                CHECK_EQ_U64(in->check, ft_check(in->key, 1, in->key));
+                CHECK(it.source < N); /* the joiners took the freed slots */
+                seen[in->key] = 1;
+            }
+            CHECK_EQ_U64(flow_node_memory(b), base + N * ring2);
+        }
+    }
+    for (uint64_t i = 0; i < N; i++)
+        CHECK_OK(flow_source_close(s[i]));
+    consume_until_memory(t, b, base);
+    CHECK_EQ_U64(flow_node_memory(a), 0);
+    flow_target_close(t);
+    free(seen);
+    free(s);
+    flow_node_destroy(a);
+    flow_node_destroy(b);
 }
 
 /* A process hosting one joined target: consumes JOIN_TUPLES, then leaves. */
