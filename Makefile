@@ -246,6 +246,17 @@ bench-capacity: deps
 	@$(MAKE) --no-print-directory all
 	@timeout --kill-after=30 3600 ycsb/bench/capacity.sh -o $(abspath $(BUILD))/bench-capacity
 
+# `make bench-clients`: YCSB-B (the default record, 100,000 records) at 1,
+# 16, 64, 256 and 1,024 client handles (threads of one flowkv-ycsb, one
+# request in flight each) on 3 replicas of each protocol and on etcd
+# through gRPC, against one handle with 128 in flight; ops/s, read p95 and
+# a replica's RSS at each count (ycsb/bench/clients.sh; about 6 minutes).
+# Ends with `clients: handles=1024 ops_ratio_peak=X rss_mib=Y etcd_ratio_min=Z`.
+.PHONY: bench-clients
+bench-clients: deps
+	@$(MAKE) --no-print-directory all
+	@timeout --kill-after=30 1800 ycsb/bench/clients.sh -o $(abspath $(BUILD))/bench-clients
+
 # ---- 3c. consensus simulator (issue 5) -------------------------------------
 # consensus/sim/*.c but main.c -> libfksim.a (the simulator and the
 # linearizability checker), linked into build/bin/flowkv-sim and into the

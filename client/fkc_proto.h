@@ -79,9 +79,11 @@
 #define FKC_REPLY_TUPLE 512
 #define FKC_PEER_TUPLE  2048
 
-/* Bounds on the flows (STYLE.md point 11). */
-#define FKC_CLIENTS_MAX 64 /* client sources per replica (kv.req, kv.oum) */
-#define FKC_REPLY_MAX   16 /* client targets per replica (kv.reply), FLOW_TARGETS_MAX */
+/* Bounds on the flows (STYLE.md point 11). A client process is one
+ * source of kv.req (and kv.oum) and one target of kv.reply at each replica
+ * (client/flowkv.c, channels); its rings come and go with it. */
+#define FKC_CLIENTS_MAX 256 /* client sources per replica (kv.req, kv.oum) */
+#define FKC_REPLY_MAX   64  /* client processes per replica: kv.reply's targets, FLOW_TARGETS_MAX */
 #define FKC_MSG_MAX     CONS_MSG_MAX
 
 enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2 };

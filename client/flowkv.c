@@ -1,12 +1,29 @@
 /*
  * flowkv.c: libflowkv over flows; see flowkv.h and fkc_proto.h.
  *
- * One flow node per handle. At open it joins every reachable replica's
- * kv.reply.<i> as a target (elastic membership) and opens a source on
- * kv.req.<i> (Multi-Paxos, status) or on kv.oum (NOPaxos). Each pipeline
- * slot is one client session with its own id; a slot keeps its encoded
- * operation so a retry resends the same request number (exactly once
- * through the replicas' client table, cons.h).
+ * Channels. The handles a process opens on one cluster share a channel:
+ * one flow node, and at each replica one target in kv.reply.<i> (joined:
+ * elastic membership) and one source on kv.req.<i> (Multi-Paxos, status)
+ * or on kv.oum (NOPaxos). A replica then holds rings per client process,
+ * not per handle: a thousand handles in a few processes cost it a few
+ * rings, as FaRM and eRPC serve a machine's many client threads through
+ * one endpoint each (DFI's flows are per-thread endpoints of a node,
+ * section 3; here the channel's lock hands them from thread to thread,
+ * flow.h's adopt). Each pipeline slot of each handle is one client
+ * session with its own id; the id's low bits name the handle and the
+ * slot, so a reply finds its slot without a search; a slot keeps its
+ * encoded operation so a retry resends the same request number (exactly
+ * once through the replicas' client table, cons.h).
+ *
+ * Threads. A thread waiting for its handle's completions either polls the
+ * reply flows for every handle of the channel (the poller, one at a time:
+ * it dispatches each reply to its slot and wakes the slot's thread) or
+ * sleeps on the channel's condition variable (leader/followers). Requests
+ * that submissions staged are flushed by a waiting thread before it
+ * blocks, unless another thread is about to take the lock to wait too:
+ * that one flushes instead, so requests of many threads share segments
+ * (flat combining; a kv.oum segment is one fetch-and-add at the
+ * sequencer, DFI section 5.4).
  */
 #include "flowkv.h"
 
@@ -24,6 +41,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +54,7 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
                    FLOWKV_NOP_OP_MAX == NOP_OP_MAX && FLOWKV_SCAN_PAGE == CONS_SCAN_PAGE,
                "the public limits are the cores' limits");
 
-/* A request unanswered for RESEND_NS, or for the handle's round-trip
+/* A request unanswered for RESEND_NS, or for the channel's round-trip
  * estimate plus four deviations when that is longer (RFC 6298's RTO from
  * the requests answered at their first send, Karn's rule), up to
  * RESEND_MAX_NS, is resent. A fixed 100 ms resent every request of a
@@ -49,14 +67,22 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define OPEN_NS         (1000ULL * 1000000ULL) /* joining one replica at most */
 #define REJOIN_PROBE_NS (50ULL * 1000000ULL)   /* a replica that went away must answer first */
 #define PUSH_NS         (50ULL * 1000000ULL)
+#define TIMERS_NS       (1000ULL * 1000ULL) /* resends and deadlines: checked this often */
 #define REPLY_MSG_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
 #define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
-/* kv->tuple holds a kv.oum message (NOPaxos) or a kind byte and an
+/* ch->tuple holds a kv.oum message (NOPaxos) or a kind byte and an
  * encoded request (Multi-Paxos). */
 #define MPX_REQ_MAX (CONS_WIRE_OP_MAX + 64)
 #define TUPLE_BUF   (FKC_OUM_MSG_MAX > 1 + MPX_REQ_MAX ? FKC_OUM_MSG_MAX : 1 + MPX_REQ_MAX)
 _Static_assert(FKC_OUM_TUPLE % 8 == 0 && FKC_OUM_TUPLE > FLOW_MSG_HDR + sizeof(struct fkc_oum),
                "a kv.oum fragment holds the header and some of the op");
+
+/* A client id's low bits: the slot's index in its handle, then the
+ * handle's index in its channel; the rest is random (45 bits). */
+#define SLOT_BITS 7
+#define HID_BITS  12
+_Static_assert(FLOWKV_PIPELINE_MAX == 1 << SLOT_BITS && FLOWKV_HANDLES_MAX == 1 << HID_BITS,
+               "a client id's low bits name the handle and the slot");
 
 struct slot {
     int busy, done;
@@ -83,11 +109,19 @@ struct replica {
     struct fkc_status status;
 };
 
-struct flowkv {
+/* What the handles of a process share on one cluster (above). Every field
+ * below `lock` is used under it. */
+struct chan {
+    struct chan *next; /* chans, under chans_lock */
+    char path[FK_CONF_STR_MAX], bind[64];
+    uint32_t refs; /* handles, under chans_lock */
+    pthread_mutex_t lock;
+    uint32_t wanting; /* atomic: threads about to take the lock to wait for completions */
+    int polling;      /* a thread polls the reply flows */
+    int dirty;        /* requests staged, not flushed */
     struct fk_cluster_conf conf;
     uint32_t n;
     int nop;
-    uint64_t timeout_ns;
     flow_node *node;
     struct replica r[CONS_REPLICAS_MAX];
     flow_source *oum;
@@ -95,12 +129,29 @@ struct flowkv {
     uint8_t *tuple; /* the kv.oum message, or the encoded request */
     uint32_t leader;
     uint64_t srtt, rttvar; /* ns; srtt 0: no sample yet (resend_after) */
+    uint64_t timers_at;    /* next run of timers() */
+    uint64_t status_id;
+    struct flowkv *sleepers; /* threads asleep in wait_done, the latest first */
+    uint32_t live;           /* handles registered */
+    uint32_t nhandles;       /* 1 + the highest index registered */
+    struct flowkv *handles[FLOWKV_HANDLES_MAX];
+};
+
+struct flowkv {
+    struct chan *ch;
+    uint32_t hid; /* index in ch->handles */
+    uint64_t timeout_ns;
     uint32_t pipeline, inflight;
     int deferred; /* the last pump returned completions before flushing (pump) */
+    int sleeping; /* its thread waits on cv for the poller (wait_done) */
+    pthread_cond_t cv;
+    struct flowkv *sprev, *snext; /* the channel's sleepers, while sleeping */
     struct slot *slots;
-    uint64_t status_id;
     char detail[128]; /* flowkv_error_detail: the last synchronous call's */
 };
+
+static pthread_mutex_t chans_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct chan *chans;
 
 static uint64_t random_id(void)
 {
@@ -113,15 +164,13 @@ static uint64_t random_id(void)
 }
 
 /* Each slot is a client of its own (at most one request in flight, as the
- * consensus client table wants), numbering its requests from 1; its index
- * rides in the low bits of its id so that a reply finds its slot without
- * a search (slot_of). */
-static void new_session(struct slot *sl, uint32_t index)
+ * consensus client table wants), numbering its requests from 1. */
+static void new_session(struct slot *sl, uint32_t hid, uint32_t index)
 {
     uint64_t high = 0;
     while (high == 0)
-        high = random_id() & ~(uint64_t)(FLOWKV_PIPELINE_MAX - 1);
-    sl->client_id = high | index;
+        high = random_id() & ~((1ULL << (SLOT_BITS + HID_BITS)) - 1);
+    sl->client_id = high | (uint64_t)hid << SLOT_BITS | index;
     sl->req_no = 0;
 }
 
@@ -143,6 +192,42 @@ static void local_ip(const char *peer_ip, char *out, size_t cap)
     close(fd);
 }
 
+/* ---- the channel's lock ----------------------------------------------------- */
+
+/* The lock's holder owns the channel's flows (flow.h: a hand-over ordered
+ * by a mutex). */
+static void ch_adopt(struct chan *ch)
+{
+    for (uint32_t i = 0; i < ch->n; i++) {
+        if (ch->r[i].req != NULL)
+            flow_source_adopt(ch->r[i].req);
+        if (ch->r[i].t != NULL)
+            flow_target_adopt(ch->r[i].t);
+    }
+    if (ch->oum != NULL)
+        flow_source_adopt(ch->oum);
+}
+
+static void ch_lock(struct chan *ch)
+{
+    pthread_mutex_lock(&ch->lock);
+    ch_adopt(ch);
+}
+
+static void ch_unlock(struct chan *ch)
+{
+    pthread_mutex_unlock(&ch->lock);
+}
+
+/* A thread that waits for completions takes the lock through here: while
+ * it waits for the lock, a thread about to block leaves the flush to it. */
+static void ch_lock_wanting(struct chan *ch)
+{
+    __atomic_add_fetch(&ch->wanting, 1, __ATOMIC_RELAXED);
+    ch_lock(ch);
+    __atomic_sub_fetch(&ch->wanting, 1, __ATOMIC_RELAXED);
+}
+
 /* ---- joining replicas ------------------------------------------------------- */
 
 static void leave(struct replica *r)
@@ -160,12 +245,12 @@ static void leave(struct replica *r)
 }
 
 /* Joins replica i's reply flow and opens its request flow. */
-static int join(flowkv *kv, uint32_t i)
+static int join(struct chan *ch, uint32_t i)
 {
-    struct replica *r = &kv->r[i];
+    struct replica *r = &ch->r[i];
     char name[FLOW_NAME_MAX];
     snprintf(name, sizeof(name), "%s%u", FKC_FLOW_REPLY, i);
-    int rc = flow_target_join(kv->node, name, &r->t);
+    int rc = flow_target_join(ch->node, name, &r->t);
     if (rc < 0)
         return rc;
     r->idx = (uint32_t)flow_target_index(r->t);
@@ -175,7 +260,7 @@ static int join(flowkv *kv, uint32_t i)
         return FK_ENOMEM;
     }
     snprintf(name, sizeof(name), "%s%u", FKC_FLOW_REQ, i);
-    rc = flow_source_open(kv->node, name, FLOW_ANY, OPEN_NS, &r->req);
+    rc = flow_source_open(ch->node, name, FLOW_ANY, OPEN_NS, &r->req);
     if (rc == 0) {
         flow_source_set_timeout(r->req, PUSH_NS);
         rc = flow_msg_tx_init(&r->tx, r->req, FKC_REQ_TUPLE);
@@ -194,44 +279,203 @@ static int join(flowkv *kv, uint32_t i)
  * partition they blocked this thread (and every operation waiting on it)
  * until the partition healed. A replica that does not answer a short probe
  * first is skipped until the next try. */
-static void rejoin_due(flowkv *kv, uint64_t now)
+static void rejoin_due(struct chan *ch, uint64_t now)
 {
-    for (uint32_t i = 0; i < kv->n; i++) {
-        struct replica *r = &kv->r[i];
+    for (uint32_t i = 0; i < ch->n; i++) {
+        struct replica *r = &ch->r[i];
         if (r->t != NULL || now < r->retry_at)
             continue;
-        if (flow_node_probe(kv->node, kv->conf.nodes[i].address, REJOIN_PROBE_NS) < 0 ||
-            join(kv, i) < 0)
+        if (flow_node_probe(ch->node, ch->conf.nodes[i].address, REJOIN_PROBE_NS) < 0 ||
+            join(ch, i) < 0)
             r->retry_at = fk_now_ns() + REJOIN_NS;
     }
 }
 
-static void close_oum(flowkv *kv)
+static void close_oum(struct chan *ch)
 {
-    if (kv->oum == NULL)
+    if (ch->oum == NULL)
         return;
-    flow_msg_tx_free(&kv->oum_tx);
-    flow_source_close(kv->oum);
-    kv->oum = NULL;
+    flow_msg_tx_free(&ch->oum_tx);
+    flow_source_close(ch->oum);
+    ch->oum = NULL;
 }
 
-static int open_oum(flowkv *kv)
+static int open_oum(struct chan *ch)
 {
-    int rc = flow_source_open(kv->node, FKC_FLOW_OUM, FLOW_ANY, OPEN_NS, &kv->oum);
+    int rc = flow_source_open(ch->node, FKC_FLOW_OUM, FLOW_ANY, OPEN_NS, &ch->oum);
     if (rc < 0)
         return rc;
-    flow_source_set_timeout(kv->oum, PUSH_NS);
-    rc = flow_msg_tx_init(&kv->oum_tx, kv->oum, FKC_OUM_TUPLE);
+    flow_source_set_timeout(ch->oum, PUSH_NS);
+    rc = flow_msg_tx_init(&ch->oum_tx, ch->oum, FKC_OUM_TUPLE);
     if (rc < 0) {
-        flow_source_close(kv->oum);
-        kv->oum = NULL;
+        flow_source_close(ch->oum);
+        ch->oum = NULL;
     }
     return rc;
+}
+
+static void chan_destroy(struct chan *ch)
+{
+    for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
+        leave(&ch->r[i]);
+    close_oum(ch);
+    if (ch->node != NULL)
+        flow_node_destroy(ch->node);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch->tuple);
+    free(ch);
+}
+
+/* The message of a join that failed at every replica: refused (the
+ * token), full (replica `full` at its client memory limit), or why. */
+static void join_failed(const struct chan *ch, const char *path, int why, int refused, int full,
+                        char *err, size_t errcap)
+{
+    if (why == FK_EFULL)
+        snprintf(err, errcap,
+                 "the replicas of %s refused this client: %u client processes are connected "
+                 "(FKC_REPLY_MAX)",
+                 path, (unsigned)FKC_REPLY_MAX);
+    else if (refused > 0)
+        snprintf(err, errcap, "the replicas of %s refused this client: %s", path,
+                 fk_strerror(FK_EAUTH));
+    else if (full >= 0)
+        snprintf(err, errcap,
+                 "replica %d refused this client: client memory limit reached (%llu bytes, "
+                 "flow_memory in %s)",
+                 full, (unsigned long long)ch->conf.flow_memory, path);
+    else
+        snprintf(err, errcap, "no replica of %s answered (is the cluster running?): %s: %s", path,
+                 "joining the first replica", fk_strerror(why));
+}
+
+/* A new channel on the cluster of the file at path: its node, joined to
+ * every replica that answers (NOPaxos: and its ordered request flow). */
+static int chan_create(const char *path, const char *bind, uint64_t timeout_ns, struct chan **out,
+                       char *err, size_t errcap)
+{
+    struct chan *ch = calloc(1, sizeof(*ch));
+    if (ch == NULL)
+        return FK_ENOMEM;
+    pthread_mutex_init(&ch->lock, NULL);
+    snprintf(ch->path, sizeof ch->path, "%s", path);
+    snprintf(ch->bind, sizeof ch->bind, "%s", bind ? bind : "");
+    ch->tuple = malloc(TUPLE_BUF);
+    ch->status_id = random_id();
+    int rc = fk_conf_load(path, &ch->conf, err, errcap);
+    if (rc == 0 && ch->tuple == NULL)
+        rc = FK_ENOMEM;
+    ch->n = ch->conf.n_nodes;
+    if (rc == 0 && ch->n > CONS_REPLICAS_MAX) {
+        snprintf(err, errcap, "too many replicas");
+        rc = FK_EINVAL;
+    }
+    if (rc < 0) {
+        chan_destroy(ch);
+        return rc;
+    }
+    ch->nop = ch->conf.protocol == FK_PROTO_NOPAXOS;
+    char ip[64];
+    if (bind != NULL)
+        snprintf(ip, sizeof(ip), "%s", bind);
+    else
+        local_ip(ch->conf.nodes[0].ip, ip, sizeof(ip));
+    struct flow_node_config nc;
+    flow_node_config_default(&nc);
+    nc.fabric.host = ip;
+    nc.fabric.token = ch->conf.token; /* replicas refuse a client without it */
+    nc.fabric.backend = ch->conf.nodes[0].fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
+                        : ch->conf.nodes[0].fabric == FK_FABRIC_TCP ? FAB_BACKEND_TCP
+                                                                    : FAB_BACKEND_AUTO;
+    rc = flow_node_create(&nc, &ch->node);
+    if (rc < 0) {
+        snprintf(err, errcap, "cannot create a flow node on %s: %s", ip, fk_strerror(rc));
+        chan_destroy(ch);
+        return rc;
+    }
+    for (uint32_t i = 0; i < ch->n; i++)
+        flow_node_add_peer(ch->node, ch->conf.nodes[i].address);
+    uint32_t joined = 0, refused = 0;
+    int why = 0, full = -1; /* the first replica's error, and one at its memory limit */
+    /* Rounds over the replicas until one joins. Another round only while
+     * some replica took long to fail (a lost handshake packet: TCP waits a
+     * second for it, so under 5% loss all three could fail once), and only
+     * within the handle's timeout; a cluster that refuses at once (down,
+     * wrong address, full) fails at once. Bounded by the deadline. */
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    for (int slow = 1; joined == 0 && refused == 0 && slow && fk_now_ns() < deadline;) {
+        slow = 0;
+        for (uint32_t i = 0; i < ch->n; i++) {
+            uint64_t t0 = fk_now_ns();
+            int jr = join(ch, i);
+            if (jr == 0)
+                joined++;
+            else
+                ch->r[i].retry_at = fk_now_ns() + REJOIN_NS;
+            refused += jr == FK_EAUTH;
+            if (jr == FK_ENOMEM && full < 0)
+                full = (int)i;
+            slow |= jr < 0 && fk_now_ns() - t0 >= OPEN_NS / 4;
+            if (jr < 0 && why == 0)
+                why = jr;
+        }
+    }
+    if (joined == 0) {
+        join_failed(ch, path, why, (int)refused, full, err, errcap);
+        rc = refused > 0       ? FK_EAUTH
+             : full >= 0       ? FK_ENOMEM
+             : why == FK_EFULL ? FK_EFULL
+                               : FK_EUNREACHABLE;
+        chan_destroy(ch);
+        return rc;
+    }
+    rc = ch->nop ? open_oum(ch) : 0;
+    if (rc < 0) {
+        if (rc == FK_ENOMEM)
+            join_failed(ch, path, rc, 0, 0, err, errcap);
+        else
+            snprintf(err, errcap, "no replica of %s answered (is the cluster running?): %s: %s",
+                     path, "opening the ordered request flow", fk_strerror(rc));
+        chan_destroy(ch);
+        return rc == FK_ENOMEM ? rc : FK_EUNREACHABLE;
+    }
+    *out = ch;
+    return 0;
+}
+
+/* Takes a free handle index in ch (under its lock). */
+static int chan_register(struct chan *ch, flowkv *kv)
+{
+    for (uint32_t h = 0; h < FLOWKV_HANDLES_MAX; h++) {
+        if (ch->handles[h] != NULL)
+            continue;
+        ch->handles[h] = kv;
+        kv->hid = h;
+        if (h >= ch->nhandles)
+            ch->nhandles = h + 1;
+        ch->live++;
+        return 0;
+    }
+    return FK_EFULL;
+}
+
+/* A child of fork() has no flow node threads: it starts without channels
+ * (the parent's stay the parent's). */
+static void chans_forget(void)
+{
+    chans = NULL;
+    pthread_mutex_init(&chans_lock, NULL);
+}
+
+static void chans_init(void)
+{
+    pthread_atfork(NULL, NULL, chans_forget);
 }
 
 int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, char *err,
                 size_t errcap)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
     char dummy[8];
     if (err == NULL) {
         err = dummy;
@@ -242,86 +486,59 @@ int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, 
         snprintf(err, errcap, "bad arguments");
         return FK_EINVAL;
     }
+    pthread_once(&once, chans_init);
     flowkv *kv = calloc(1, sizeof(*kv));
     if (kv == NULL)
         return FK_ENOMEM;
-    int rc = fk_conf_load(path, &kv->conf, err, errcap);
-    if (rc < 0) {
-        free(kv);
-        return rc;
-    }
-    kv->n = kv->conf.n_nodes;
-    kv->nop = kv->conf.protocol == FK_PROTO_NOPAXOS;
     kv->timeout_ns = o.timeout_ns ? o.timeout_ns : DEFAULT_TIMEOUT;
     kv->pipeline = o.pipeline ? o.pipeline : 1;
     kv->slots = calloc(kv->pipeline, sizeof(*kv->slots));
-    kv->tuple = malloc(TUPLE_BUF);
-    kv->status_id = random_id();
-    if (kv->n > CONS_REPLICAS_MAX || kv->slots == NULL || kv->tuple == NULL) {
-        snprintf(err, errcap, kv->n > CONS_REPLICAS_MAX ? "too many replicas" : "out of memory");
-        flowkv_close(kv);
-        return kv->n > CONS_REPLICAS_MAX ? FK_EINVAL : FK_ENOMEM;
+    if (kv->slots == NULL) {
+        snprintf(err, errcap, "out of memory");
+        free(kv);
+        return FK_ENOMEM;
     }
-    for (uint32_t s = 0; s < kv->pipeline; s++)
-        new_session(&kv->slots[s], s);
-    char ip[64];
-    if (o.bind != NULL)
-        snprintf(ip, sizeof(ip), "%s", o.bind);
-    else
-        local_ip(kv->conf.nodes[0].ip, ip, sizeof(ip));
-    struct flow_node_config nc;
-    flow_node_config_default(&nc);
-    nc.fabric.host = ip;
-    nc.fabric.token = kv->conf.token; /* replicas refuse a client without it */
-    nc.fabric.backend = kv->conf.nodes[0].fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
-                        : kv->conf.nodes[0].fabric == FK_FABRIC_TCP ? FAB_BACKEND_TCP
-                                                                    : FAB_BACKEND_AUTO;
-    rc = flow_node_create(&nc, &kv->node);
-    if (rc < 0) {
-        snprintf(err, errcap, "cannot create a flow node on %s: %s", ip, fk_strerror(rc));
-        flowkv_close(kv);
-        return rc;
-    }
-    for (uint32_t i = 0; i < kv->n; i++)
-        flow_node_add_peer(kv->node, kv->conf.nodes[i].address);
-    uint32_t joined = 0, refused = 0;
-    int why = 0; /* the first replica's error, for the message */
-    /* Rounds over the replicas until one joins. Another round only while
-     * some replica took long to fail (a lost handshake packet: TCP waits a
-     * second for it, so under 5% loss all three could fail once), and only
-     * within the handle's timeout; a cluster that refuses at once (down,
-     * wrong address) fails at once. Bounded by the deadline. */
-    uint64_t deadline = fk_now_ns() + kv->timeout_ns;
-    for (int slow = 1; joined == 0 && refused == 0 && slow && fk_now_ns() < deadline;) {
-        slow = 0;
-        for (uint32_t i = 0; i < kv->n; i++) {
-            uint64_t t0 = fk_now_ns();
-            int jr = join(kv, i);
-            if (jr == 0)
-                joined++;
-            else
-                kv->r[i].retry_at = fk_now_ns() + REJOIN_NS;
-            refused += jr == FK_EAUTH;
-            slow |= jr < 0 && fk_now_ns() - t0 >= OPEN_NS / 4;
-            if (jr < 0 && why == 0)
-                why = jr;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&kv->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_lock(&chans_lock);
+    struct chan *ch = NULL;
+    for (struct chan *c = o.own_channel ? NULL : chans; c != NULL && ch == NULL; c = c->next)
+        if (c->refs > 0 && strcmp(c->path, path) == 0 && strcmp(c->bind, o.bind ? o.bind : "") == 0)
+            ch = c;
+    int rc = 0;
+    if (ch == NULL) {
+        rc = chan_create(path, o.bind, kv->timeout_ns, &ch, err, errcap);
+        if (rc == 0 && !o.own_channel) {
+            ch->next = chans;
+            chans = ch;
         }
     }
-    if (joined == 0 && refused > 0) {
-        snprintf(err, errcap, "the replicas of %s refused this client: %s", path,
-                 fk_strerror(FK_EAUTH));
-        flowkv_close(kv);
-        return FK_EAUTH;
+    if (rc == 0) {
+        ch_lock(ch);
+        rc = chan_register(ch, kv);
+        ch_unlock(ch);
+        if (rc < 0) {
+            snprintf(err, errcap, "%u handles on %s in this process already (FLOWKV_HANDLES_MAX)",
+                     (unsigned)FLOWKV_HANDLES_MAX, path);
+            if (ch->refs == 0 && o.own_channel)
+                chan_destroy(ch);
+        } else {
+            ch->refs++;
+            kv->ch = ch;
+        }
     }
-    if (joined > 0)
-        why = kv->nop ? open_oum(kv) : 0;
-    if (why < 0) {
-        snprintf(err, errcap, "no replica of %s answered (is the cluster running?): %s: %s", path,
-                 joined == 0 ? "joining the first replica" : "opening the ordered request flow",
-                 fk_strerror(why));
-        flowkv_close(kv);
-        return FK_EUNREACHABLE;
+    pthread_mutex_unlock(&chans_lock);
+    if (rc < 0) {
+        pthread_cond_destroy(&kv->cv);
+        free(kv->slots);
+        free(kv);
+        return rc;
     }
+    for (uint32_t s = 0; s < kv->pipeline; s++)
+        new_session(&kv->slots[s], kv->hid, s);
     *out = kv;
     return 0;
 }
@@ -330,23 +547,35 @@ void flowkv_close(flowkv *kv)
 {
     if (kv == NULL)
         return;
-    for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
-        leave(&kv->r[i]);
-    close_oum(kv);
-    if (kv->node != NULL)
-        flow_node_destroy(kv->node);
+    struct chan *ch = kv->ch;
+    pthread_mutex_lock(&chans_lock);
+    ch_lock(ch);
+    ch->handles[kv->hid] = NULL; /* replies to its requests are dropped from now on */
+    ch->live--;
+    while (ch->nhandles > 0 && ch->handles[ch->nhandles - 1] == NULL)
+        ch->nhandles--;
+    ch_unlock(ch);
+    if (--ch->refs == 0) {
+        for (struct chan **p = &chans; *p != NULL; p = &(*p)->next)
+            if (*p == ch) {
+                *p = ch->next;
+                break;
+            }
+        chan_destroy(ch);
+    }
+    pthread_mutex_unlock(&chans_lock);
     for (uint32_t i = 0; kv->slots != NULL && i < kv->pipeline; i++) {
         free(kv->slots[i].obuf);
         free(kv->slots[i].res.data);
     }
+    pthread_cond_destroy(&kv->cv);
     free(kv->slots);
-    free(kv->tuple);
     free(kv);
 }
 
 uint32_t flowkv_replicas(const flowkv *kv)
 {
-    return kv->n;
+    return kv->ch->n;
 }
 
 uint32_t flowkv_inflight(const flowkv *kv)
@@ -365,25 +594,25 @@ uint32_t flowkv_inflight(const flowkv *kv)
  * PUSH_NS. Taking a full ring for a departed replica sent the whole
  * pipeline to followers and back (a million-record load of default
  * records crawled at a few hundred operations a second). */
-static void send_mpx(flowkv *kv, struct slot *s)
+static void send_mpx(struct chan *ch, struct slot *s)
 {
     if (s->tries > 0 && s->tries % 2 == 0)
-        kv->leader = (kv->leader + 1) % kv->n;
+        ch->leader = (ch->leader + 1) % ch->n;
     uint64_t now = fk_now_ns();
-    for (uint32_t k = 0; k < kv->n; k++) {
-        uint32_t i = (kv->leader + k) % kv->n;
-        struct replica *r = &kv->r[i];
+    for (uint32_t k = 0; k < ch->n; k++) {
+        uint32_t i = (ch->leader + k) % ch->n;
+        struct replica *r = &ch->r[i];
         if (r->req == NULL)
             continue;
         if (r->full_until > now)
             return;
-        kv->tuple[0] = FKC_OP;
-        int len = mpx_encode_request(kv->tuple + 1, MPX_REQ_MAX, &s->op);
+        ch->tuple[0] = FKC_OP;
+        int len = mpx_encode_request(ch->tuple + 1, MPX_REQ_MAX, &s->op);
         if (len < 0)
             return;
-        int rc = flow_msg_send(&r->tx, 0, s->client_id, r->idx, kv->tuple, (size_t)len + 1);
+        int rc = flow_msg_send(&r->tx, 0, s->client_id, r->idx, ch->tuple, (size_t)len + 1);
         if (rc == 0) {
-            kv->leader = i;
+            ch->leader = i;
             return;
         }
         if (rc == FK_ETIMEDOUT) {
@@ -397,25 +626,25 @@ static void send_mpx(flowkv *kv, struct slot *s)
 
 /* NOPaxos: one message on the ordered multicast, naming our reply target
  * at every replica (fkc_proto.h). */
-static void send_nop(flowkv *kv, struct slot *s)
+static void send_nop(struct chan *ch, struct slot *s)
 {
     struct fkc_oum h = {.client_id = s->client_id};
     for (uint32_t i = 0; i < CONS_REPLICAS_MAX; i++)
-        h.reply_to[i] = i < kv->n && kv->r[i].t != NULL ? kv->r[i].idx : FKC_NO_TARGET;
+        h.reply_to[i] = i < ch->n && ch->r[i].t != NULL ? ch->r[i].idx : FKC_NO_TARGET;
     struct cons_wbuf w;
-    cons_wbuf_init(&w, kv->tuple + sizeof(h), FKC_OUM_MSG_MAX - sizeof(h));
+    cons_wbuf_init(&w, ch->tuple + sizeof(h), FKC_OUM_MSG_MAX - sizeof(h));
     cons_wire_put_op(&w, &s->op);
     h.len = (uint32_t)w.len;
-    memcpy(kv->tuple, &h, sizeof(h));
-    if (kv->oum == NULL && open_oum(kv) < 0)
+    memcpy(ch->tuple, &h, sizeof(h));
+    if (ch->oum == NULL && open_oum(ch) < 0)
         return;
-    int rc = flow_msg_send(&kv->oum_tx, -1, s->client_id, 0, kv->tuple, sizeof(h) + w.len);
+    int rc = flow_msg_send(&ch->oum_tx, -1, s->client_id, 0, ch->tuple, sizeof(h) + w.len);
     /* A slow sequencer (FK_ETIMEDOUT: its fetch-and-add stays posted) or a
      * full ring is waited out by the resend; anything else reopens the
      * flow on the next try. Reopening on every timeout made a lossy
      * network unusable: each reopen is a dozen connections and calls. */
     if (rc < 0 && rc != FK_ETIMEDOUT)
-        close_oum(kv);
+        close_oum(ch);
 }
 
 /* Sends what submissions and resends staged. kv.oum and kv.req are
@@ -423,15 +652,16 @@ static void send_nop(flowkv *kv, struct slot *s)
  * segments, so a pipelined burst costs one fetch-and-add at the sequencer
  * and one write per replica (NOPaxos), or one write to the leader
  * (Multi-Paxos), instead of one each. */
-static void flush_requests(flowkv *kv)
+static void flush_requests(struct chan *ch)
 {
-    if (kv->oum != NULL) {
-        int rc = flow_flush(kv->oum);
+    ch->dirty = 0;
+    if (ch->oum != NULL) {
+        int rc = flow_flush(ch->oum);
         if (rc < 0 && rc != FK_ETIMEDOUT) /* as in send_nop */
-            close_oum(kv);
+            close_oum(ch);
     }
-    for (uint32_t i = 0; i < kv->n; i++) {
-        struct replica *r = &kv->r[i];
+    for (uint32_t i = 0; i < ch->n; i++) {
+        struct replica *r = &ch->r[i];
         if (r->req != NULL && flow_flush(r->req) < 0) {
             leave(r);
             r->retry_at = fk_now_ns() + REJOIN_NS;
@@ -439,38 +669,38 @@ static void flush_requests(flowkv *kv)
     }
 }
 
-static uint64_t resend_after(const flowkv *kv)
+static uint64_t resend_after(const struct chan *ch)
 {
-    uint64_t rto = kv->srtt + 4 * kv->rttvar;
+    uint64_t rto = ch->srtt + 4 * ch->rttvar;
     return rto < RESEND_NS ? RESEND_NS : rto > RESEND_MAX_NS ? RESEND_MAX_NS : rto;
 }
 
 /* A request answered at its first send took `ns`: RFC 6298's estimator
  * (gains 1/8 and 1/4). */
-static void rtt_sample(flowkv *kv, uint64_t ns)
+static void rtt_sample(struct chan *ch, uint64_t ns)
 {
-    if (kv->srtt == 0) {
-        kv->srtt = ns;
-        kv->rttvar = ns / 2;
+    if (ch->srtt == 0) {
+        ch->srtt = ns;
+        ch->rttvar = ns / 2;
         return;
     }
-    uint64_t dev = ns > kv->srtt ? ns - kv->srtt : kv->srtt - ns;
-    kv->rttvar = kv->rttvar - kv->rttvar / 4 + dev / 4;
-    kv->srtt = kv->srtt - kv->srtt / 8 + ns / 8;
+    uint64_t dev = ns > ch->srtt ? ns - ch->srtt : ch->srtt - ns;
+    ch->rttvar = ch->rttvar - ch->rttvar / 4 + dev / 4;
+    ch->srtt = ch->srtt - ch->srtt / 8 + ns / 8;
 }
 
-static void send_slot(flowkv *kv, struct slot *s)
+static void send_slot(struct chan *ch, struct slot *s)
 {
     uint64_t now = fk_now_ns();
     if (s->tries == 0)
         s->sent_at = now;
-    s->resend_at = now + resend_after(kv);
-    if (kv->nop)
-        nop_quorum_reset(&s->q, kv->n, s->client_id, s->req_no);
-    if (kv->nop)
-        send_nop(kv, s);
+    s->resend_at = now + resend_after(ch);
+    if (ch->nop)
+        nop_quorum_reset(&s->q, ch->n, s->client_id, s->req_no);
+    if (ch->nop)
+        send_nop(ch, s);
     else
-        send_mpx(kv, s);
+        send_mpx(ch, s);
     s->tries++;
 }
 
@@ -507,7 +737,7 @@ static int build_op(flowkv *kv, struct slot *s, const struct flowkv_op *op)
     const void *exp = op->type == FLOWKV_CAS ? op->exp : op->end;
     size_t elen = op->type == FLOWKV_CAS ? op->elen : op->type == FLOWKV_SCAN ? op->endlen : 0;
     size_t n = op->klen + vlen + elen;
-    if (kv->nop && n > NOP_OP_MAX) {
+    if (kv->ch->nop && n > NOP_OP_MAX) {
         snprintf(kv->detail, sizeof kv->detail,
                  "nopaxos carries at most %u bytes of key and values in one request (%zu here)",
                  (unsigned)NOP_OP_MAX, n);
@@ -540,7 +770,8 @@ static int build_op(flowkv *kv, struct slot *s, const struct flowkv_op *op)
     return 0;
 }
 
-int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
+/* Under the channel's lock. */
+static int submit(flowkv *kv, const struct flowkv_op *op)
 {
     int rc = check_op(op);
     if (rc < 0)
@@ -562,22 +793,42 @@ int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
     s->tries = 0;
     s->deadline = fk_now_ns() + kv->timeout_ns;
     kv->inflight++;
-    send_slot(kv, s);
+    send_slot(kv->ch, s);
+    kv->ch->dirty = 1;
     return 0;
+}
+
+/* Staged, not flushed: the flush is the poll's (pump), so a burst of
+ * submissions shares segments. */
+int flowkv_submit(flowkv *kv, const struct flowkv_op *op)
+{
+    if (kv == NULL)
+        return FK_EINVAL;
+    ch_lock(kv->ch);
+    int rc = submit(kv, op);
+    ch_unlock(kv->ch);
+    return rc;
 }
 
 /* ---- receiving -------------------------------------------------------------------- */
 
-_Static_assert((FLOWKV_PIPELINE_MAX & (FLOWKV_PIPELINE_MAX - 1)) == 0,
-               "a slot's index is the low bits of its client id");
-
-static struct slot *slot_of(flowkv *kv, uint64_t client_id)
+static struct slot *slot_of(struct chan *ch, uint64_t client_id, flowkv **owner)
 {
     uint32_t i = (uint32_t)(client_id & (FLOWKV_PIPELINE_MAX - 1));
-    if (i >= kv->pipeline)
+    uint32_t h = (uint32_t)(client_id >> SLOT_BITS) & (FLOWKV_HANDLES_MAX - 1);
+    flowkv *kv = h < ch->nhandles ? ch->handles[h] : NULL;
+    if (kv == NULL || i >= kv->pipeline)
         return NULL;
     struct slot *s = &kv->slots[i];
+    *owner = kv;
     return s->busy && !s->done && s->client_id == client_id ? s : NULL;
+}
+
+/* Wakes the thread of a handle asleep waiting for its completions. */
+static void wake(flowkv *kv)
+{
+    if (kv->sleeping)
+        pthread_cond_signal(&kv->cv);
 }
 
 /* The slot's result: rep's fields and its len bytes at data. The buffer
@@ -611,17 +862,20 @@ static void finish(struct slot *s, const struct cons_reply *rep)
     finish_data(s, rep, rep->data);
 }
 
-static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *buf, size_t len)
+static void on_op_reply(struct chan *ch, uint32_t from, uint64_t dst, const uint8_t *buf,
+                        size_t len)
 {
-    struct slot *s = slot_of(kv, dst);
+    flowkv *owner = NULL;
+    struct slot *s = slot_of(ch, dst, &owner);
     if (s == NULL)
-        return; /* a late answer to a finished request */
-    if (kv->nop) {
+        return; /* a late answer to a finished request, or to a closed handle */
+    if (ch->nop) {
         const struct cons_reply *res;
         if (nop_quorum_add(&s->q, from, buf, len, &res) == 1) {
             if (s->tries == 1)
-                rtt_sample(kv, fk_now_ns() - s->sent_at);
+                rtt_sample(ch, fk_now_ns() - s->sent_at);
             finish(s, res);
+            wake(owner);
         }
         return;
     }
@@ -632,20 +886,22 @@ static void on_op_reply(flowkv *kv, uint32_t from, uint64_t dst, const uint8_t *
         rep.req_no != s->req_no)
         return;
     if (rep.status == FK_ENOTLEADER) {
-        kv->leader = hint < kv->n ? hint : (from + 1) % kv->n;
+        ch->leader = hint < ch->n ? hint : (from + 1) % ch->n;
         s->tries = 1; /* give the hinted leader two tries */
-        send_slot(kv, s);
+        send_slot(ch, s);
+        ch->dirty = 1;
         return;
     }
-    kv->leader = from;
+    ch->leader = from;
     if (s->tries == 1)
-        rtt_sample(kv, fk_now_ns() - s->sent_at);
+        rtt_sample(ch, fk_now_ns() - s->sent_at);
     finish_data(s, &rep, data);
+    wake(owner);
 }
 
-static void pump_replica(flowkv *kv, uint32_t i)
+static void pump_replica(struct chan *ch, uint32_t i)
 {
-    struct replica *r = &kv->r[i];
+    struct replica *r = &ch->r[i];
     struct flow_msg m;
     for (int k = 0; r->rx != NULL && k < 64; k++) {
         int rc = flow_msg_recv(r->rx, &m, 0);
@@ -660,7 +916,7 @@ static void pump_replica(flowkv *kv, uint32_t i)
         if (m.len < 1)
             continue;
         if (m.buf[0] == FKC_OP)
-            on_op_reply(kv, i, m.dst, m.buf + 1, m.len - 1);
+            on_op_reply(ch, i, m.dst, m.buf + 1, m.len - 1);
         else if (m.buf[0] == FKC_STATUS && m.len == 1 + sizeof(struct fkc_status)) {
             memcpy(&r->status, m.buf + 1, sizeof(r->status));
             r->status_seen = 1;
@@ -668,26 +924,32 @@ static void pump_replica(flowkv *kv, uint32_t i)
     }
 }
 
-/* Resends what waited too long and fails what passed its deadline. */
-static void timers(flowkv *kv, uint64_t now)
+/* Resends what waited too long and fails what passed its deadline, for
+ * every handle of the channel (their threads may be asleep). */
+static void timers(struct chan *ch, uint64_t now)
 {
-    rejoin_due(kv, now);
-    for (uint32_t i = 0; i < kv->pipeline; i++) {
-        struct slot *s = &kv->slots[i];
-        if (!s->busy || s->done)
-            continue;
-        if (now >= s->deadline) {
-            struct cons_reply rep = {
-                .client_id = s->client_id, .req_no = s->req_no, .status = FK_ETIMEDOUT};
-            finish(s, &rep);
-            /* The slot's next request opens a new session: if this one was
-             * never applied and was its session's first, every later one
-             * would be refused as expired (cons_apply_once), and a handle
-             * whose first request timed out, as under the fault suite's 5%
-             * loss, never served again on that slot. */
-            new_session(s, i);
-        } else if (now >= s->resend_at) {
-            send_slot(kv, s);
+    rejoin_due(ch, now);
+    for (uint32_t h = 0; h < ch->nhandles; h++) {
+        flowkv *kv = ch->handles[h];
+        for (uint32_t i = 0; kv != NULL && i < kv->pipeline; i++) {
+            struct slot *s = &kv->slots[i];
+            if (!s->busy || s->done)
+                continue;
+            if (now >= s->deadline) {
+                struct cons_reply rep = {
+                    .client_id = s->client_id, .req_no = s->req_no, .status = FK_ETIMEDOUT};
+                finish(s, &rep);
+                wake(kv);
+                /* The slot's next request opens a new session: if this one
+                 * was never applied and was its session's first, every
+                 * later one would be refused as expired (cons_apply_once),
+                 * and a handle whose first request timed out, as under the
+                 * fault suite's 5% loss, never served again on that slot. */
+                new_session(s, kv->hid, i);
+            } else if (now >= s->resend_at) {
+                send_slot(ch, s);
+                ch->dirty = 1;
+            }
         }
     }
 }
@@ -695,7 +957,7 @@ static void timers(flowkv *kv, uint64_t now)
 static int collect(flowkv *kv, struct flowkv_done *done, int max)
 {
     int n = 0;
-    for (uint32_t i = 0; i < kv->pipeline && n < max; i++) {
+    for (uint32_t i = 0; done != NULL && i < kv->pipeline && n < max; i++) {
         struct slot *s = &kv->slots[i];
         if (!s->busy || !s->done)
             continue;
@@ -707,39 +969,112 @@ static int collect(flowkv *kv, struct flowkv_done *done, int max)
     return n;
 }
 
-/* Reads every reply flow once, then waits for a remote write (or the
- * next timer) when nothing completed. NOPaxos: completions go back before
- * the staged requests are flushed, every other call. Its flush waits for
- * the sequencer's fetch-and-add (150-190 us on a loaded 2-CPU machine),
- * which held back every completion behind it; this way the caller's next
- * submissions join the same segment, and a staged request waits at most
- * one round of the caller's loop. (Multi-Paxos' flush does not wait, and
- * deferring it there cost open-loop throughput: 96k ops/s no longer
- * sustained in 3 runs of 3.) */
-static int pump(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+/* Before this thread blocks or returns: staged requests go now, unless a
+ * thread that takes the lock to wait for completions comes next (it
+ * flushes in turn, with whatever was staged meanwhile). */
+static void flush_unless_followed(struct chan *ch)
 {
-    for (;;) {
-        uint64_t bell = flow_node_doorbell(kv->node);
-        for (uint32_t i = 0; i < kv->n; i++)
-            pump_replica(kv, i);
+    if (ch->dirty && __atomic_load_n(&ch->wanting, __ATOMIC_RELAXED) == 0)
+        flush_requests(ch);
+}
+
+/* Leaving the poller's role: the thread that slept last takes it over. */
+static void hand_over(struct chan *ch)
+{
+    ch->polling = 0;
+    if (ch->sleepers != NULL)
+        pthread_cond_signal(&ch->sleepers->cv);
+}
+
+/* Sleeps on the handle's condition variable until woken or `until`
+ * (CLOCK_MONOTONIC, as fk_now_ns), listed among the channel's sleepers. */
+static void sleep_until(struct chan *ch, flowkv *kv, uint64_t until)
+{
+    struct timespec ts = {.tv_sec = (time_t)(until / FK_NSEC_PER_SEC),
+                          .tv_nsec = (long)(until % FK_NSEC_PER_SEC)};
+    kv->sleeping = 1;
+    kv->snext = ch->sleepers;
+    kv->sprev = NULL;
+    if (ch->sleepers != NULL)
+        ch->sleepers->sprev = kv;
+    ch->sleepers = kv;
+    pthread_cond_timedwait(&kv->cv, &ch->lock, &ts);
+    if (kv->sprev != NULL)
+        kv->sprev->snext = kv->snext;
+    else
+        ch->sleepers = kv->snext;
+    if (kv->snext != NULL)
+        kv->snext->sprev = kv->sprev;
+    kv->sleeping = 0;
+    ch_adopt(ch);
+}
+
+/* Under the channel's lock: kv's completions, up to max, waiting up to
+ * deadline (done NULL: one round of at most a millisecond, for status).
+ * As the poller, this thread reads every reply flow, dispatches, and runs
+ * the timers of every handle; else it sleeps until the poller wakes it or
+ * hands it the role. Waits are sliced (a quarter of RESEND_NS) for
+ * resends and deadlines. NOPaxos on a channel of one handle: completions
+ * go back before the staged requests are flushed, every other call. Its
+ * flush waits for the sequencer's fetch-and-add (150-190 us on a loaded
+ * 2-CPU machine), which held back every completion behind it; this way
+ * the caller's next submissions join the same segment. (Multi-Paxos'
+ * flush does not wait, and deferring it there cost open-loop throughput:
+ * 96k ops/s no longer sustained in 3 runs of 3.) With several handles,
+ * the threads' submissions share segments instead (flush_unless_followed). */
+static int wait_done(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+{
+    struct chan *ch = kv->ch;
+    for (int round = 0;; round++) {
+        int n = collect(kv, done, max);
         uint64_t now = fk_now_ns();
-        timers(kv, now);
-        int n = done ? collect(kv, done, max) : 0;
-        if (n > 0 && kv->nop && !kv->deferred) {
+        uint64_t slice = done != NULL ? RESEND_NS / 4 : FK_NSEC_PER_MSEC;
+        uint64_t until = deadline < now + slice ? deadline : now + slice;
+        int more = n == 0 && now < deadline && (done != NULL || round == 0);
+        if (more && ch->polling) {
+            flush_unless_followed(ch);
+            sleep_until(ch, kv, until);
+            continue;
+        }
+        int mine = n == 0 && !ch->polling;
+        if (mine) {
+            ch->polling = 1;
+            uint64_t bell = flow_node_doorbell(ch->node);
+            for (uint32_t i = 0; i < ch->n; i++)
+                pump_replica(ch, i);
+            now = fk_now_ns();
+            if (now >= ch->timers_at) {
+                timers(ch, now);
+                ch->timers_at = now + TIMERS_NS;
+            }
+            n = collect(kv, done, max);
+            if (n == 0 && more && now < until) {
+                flush_unless_followed(ch);
+                ch_unlock(ch);
+                flow_node_wait(ch->node, bell, until - now);
+                ch_lock_wanting(ch);
+                ch->polling = 0;
+                continue;
+            }
+        }
+        if (mine || !ch->polling)
+            hand_over(ch); /* this thread polled (or none does): another polls on */
+        if (n > 0 && ch->nop && ch->live == 1 && !kv->deferred) {
             kv->deferred = 1;
             return n;
         }
         kv->deferred = 0;
-        flush_requests(kv);
-        if (n > 0 || now >= deadline)
-            return n;
-        uint64_t wake = deadline;
-        if (wake > now + RESEND_NS / 4)
-            wake = now + RESEND_NS / 4;
-        flow_node_wait(kv->node, bell, wake - now);
-        if (done == NULL)
-            return 0;
+        flush_unless_followed(ch);
+        return n;
     }
+}
+
+static int pump(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+{
+    ch_lock_wanting(kv->ch);
+    int n = wait_done(kv, done, max, deadline);
+    ch_unlock(kv->ch);
+    return n;
 }
 
 int flowkv_poll(flowkv *kv, struct flowkv_done *done, int max, uint64_t timeout_ns)
@@ -758,11 +1093,13 @@ static int call(flowkv *kv, const struct flowkv_op *op, struct flowkv_done *d)
     if (kv->inflight > 0)
         return FK_EBUSY; /* synchronous calls need an idle handle */
     kv->detail[0] = '\0';
-    int rc = flowkv_submit(kv, op);
+    ch_lock_wanting(kv->ch);
+    int rc = submit(kv, op);
+    while (rc == 0 && wait_done(kv, d, 1, fk_now_ns() + kv->timeout_ns + RESEND_NS) == 0)
+        ;
+    ch_unlock(kv->ch);
     if (rc < 0)
         return rc;
-    while (pump(kv, d, 1, fk_now_ns() + kv->timeout_ns + RESEND_NS) == 0)
-        ;
     if (d->status < 0 && d->len > 0) /* an error's detail is text (kv_sm.c) */
         snprintf(kv->detail, sizeof kv->detail, "%.*s",
                  (int)(d->len < sizeof kv->detail ? d->len : sizeof kv->detail - 1),
@@ -922,37 +1259,43 @@ static const char *role_name(uint8_t role)
 
 int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uint64_t timeout_ns)
 {
-    if (kv == NULL || st == NULL || id >= kv->n)
+    if (kv == NULL || st == NULL || id >= kv->ch->n)
         return FK_EINVAL;
     memset(st, 0, sizeof(*st));
     st->id = id;
-    struct replica *r = &kv->r[id];
+    struct chan *ch = kv->ch;
+    struct replica *r = &ch->r[id];
     uint64_t deadline = fk_now_ns() + timeout_ns;
-    if (r->t == NULL && join(kv, id) < 0) {
+    ch_lock_wanting(ch);
+    int rc = r->t == NULL ? join(ch, id) : 0;
+    if (rc < 0)
         fk_debug("client", "replica %u: not joined", id);
-        return 0;
-    }
     r->status_seen = 0;
     uint8_t kind = FKC_STATUS;
-    int rc = flow_msg_send(&r->tx, 0, kv->status_id, r->idx, &kind, 1);
-    if (rc < 0) {
+    if (rc == 0)
+        rc = flow_msg_send(&r->tx, 0, ch->status_id, r->idx, &kind, 1);
+    if (rc == 0)
+        ch->dirty = 1;
+    else
         fk_debug("client", "status request to replica %u failed: %s", id, fk_strerror(rc));
-        return 0;
-    }
-    while (!r->status_seen && fk_now_ns() < deadline)
-        pump(kv, NULL, 0, deadline);
-    if (!r->status_seen)
+    /* Bounded by the deadline: each round waits at most its slice. */
+    while (rc == 0 && !r->status_seen && fk_now_ns() < deadline)
+        wait_done(kv, NULL, 0, deadline);
+    struct fkc_status got = r->status;
+    int seen = rc == 0 && r->status_seen;
+    ch_unlock(ch);
+    if (!seen)
         return 0;
     st->reachable = 1;
-    snprintf(st->role, sizeof(st->role), "%s", role_name(r->status.role));
-    snprintf(st->fabric, sizeof(st->fabric), "%.6s", (const char *)r->status.fabric);
+    snprintf(st->role, sizeof(st->role), "%s", role_name(got.role));
+    snprintf(st->fabric, sizeof(st->fabric), "%.6s", (const char *)got.fabric);
     snprintf(st->protocol, sizeof(st->protocol), "%s",
-             r->status.protocol == CONS_PROTO_MPX ? "multipaxos" : "nopaxos");
-    st->term = r->status.term;
-    st->leader = r->status.leader;
-    st->commit = r->status.commit;
-    st->applied = r->status.applied;
-    st->last = r->status.last;
-    st->uptime_ns = r->status.uptime_ns;
+             got.protocol == CONS_PROTO_MPX ? "multipaxos" : "nopaxos");
+    st->term = got.term;
+    st->leader = got.leader;
+    st->commit = got.commit;
+    st->applied = got.applied;
+    st->last = got.last;
+    st->uptime_ns = got.uptime_ns;
     return 0;
 }

@@ -42,9 +42,15 @@
  * how much), FK_EEXPIRED, FK_ECONFIG (cluster file), FK_EUNREACHABLE (no
  * replica answered at open).
  *
- * Threads: a handle belongs to the thread that opened it (flows are
- * thread-centric, DFI section 3); open one handle per thread. Different
- * handles are independent.
+ * Threads: a handle is used by one thread at a time; open one per thread.
+ * The handles a process opens on one cluster file (and bind address)
+ * share a channel: one flow node and one set of flows to each replica,
+ * under a lock, so that a replica spends its client memory per process,
+ * not per handle, and the requests of many threads share segments. A
+ * thread waiting for its completions may read and dispatch the others'
+ * too. At most FLOWKV_HANDLES_MAX handles share a channel;
+ * flowkv_opts.own_channel gives a handle a channel of its own. A child
+ * of fork() opens channels of its own.
  */
 #ifndef FLOWKV_H
 #define FLOWKV_H
@@ -58,6 +64,7 @@
 #define FLOWKV_SCAN_MAX       16
 #define FLOWKV_SCAN_PAGE      8192 /* bytes of pairs after which a scan page stops */
 #define FLOWKV_PIPELINE_MAX   128
+#define FLOWKV_HANDLES_MAX    4096    /* handles of one process on one cluster (a channel) */
 #define FLOWKV_RESULT_MAX     1049093 /* bytes of a get value or scan page: 1 MiB + 517 */
 #define FLOWKV_SCAN_COUNT_MAX 10000   /* pairs one flowkv_scan_range call visits */
 
@@ -68,12 +75,18 @@ struct flowkv_opts {
     uint32_t pipeline;   /* operations in flight (asynchronous use); 0 = 1 */
     const char *bind;    /* local address replicas reach this client at;
                             NULL = the one that routes to the first replica */
+    int own_channel;     /* 1: a channel of its own, shared with no other handle */
 };
 
-/* Opens a handle on the cluster described by the file at path. err gets
- * one line on failure. Errors: FK_ECONFIG / -errno (the file), FK_EINVAL,
- * FK_ENOMEM, FK_EUNREACHABLE (no replica could be joined), FK_EAUTH (the
- * replicas refused the file's token: every connection proves it, fab.h). */
+/* Opens a handle on the cluster described by the file at path (on the
+ * process's channel to it, opened by the first handle). err gets one line
+ * on failure. Errors: FK_ECONFIG / -errno (the file), FK_EINVAL,
+ * FK_ENOMEM (out of memory, or every replica refused a new client
+ * process: "replica N refused this client: client memory limit reached
+ * (M bytes, flow_memory in FILE)"), FK_EFULL (FLOWKV_HANDLES_MAX handles
+ * in this process, or FKC_REPLY_MAX client processes at the replicas),
+ * FK_EUNREACHABLE (no replica could be joined), FK_EAUTH (the replicas
+ * refused the file's token: every connection proves it, fab.h). */
 int flowkv_open(const char *path, const struct flowkv_opts *opts, flowkv **out, char *err,
                 size_t errcap);
 /* Waits for nothing: operations in flight are abandoned. Safe on NULL. */

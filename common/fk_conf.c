@@ -235,6 +235,13 @@ static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char 
         *(name[0] == 'q' ? &c->conf->quota : &c->conf->map_size) = b;
         return 1;
     }
+    if (strcmp(name, "flow_memory") == 0) {
+        uint64_t b;
+        if (fk_conf_parse_size(value, &b) < 0 || b < FK_CONF_FLOW_MEMORY_MIN)
+            return fk__fail(c, "flow_memory must be a size of at least 64KiB, not '%s'", value);
+        c->conf->flow_memory = b;
+        return 1;
+    }
     if (strcmp(name, "transfer_chunk") == 0) {
         uint64_t b;
         if (fk_conf_parse_size(value, &b) < 0 || b < (4u << 10) || b > (1u << 20))
@@ -362,6 +369,7 @@ int fk_conf_parse(const char *text, const char *name, const char *dir, struct fk
     struct fk__conf_ctx c;
     memset(&c, 0, sizeof c);
     memset(out, 0, sizeof *out);
+    out->flow_memory = FK_CONF_FLOW_MEMORY_DEFAULT;
     c.conf = out;
     if (dir && snprintf(out->dir, sizeof out->dir, "%s", dir) >= (int)sizeof out->dir) {
         if (err)

@@ -19,6 +19,10 @@
  *   map_size   = 1GiB             ; each replica's LMDB map (default: what
  *                                 ; the quota needs, at least 1 GiB;
  *                                 ; flowkv-server --map-size overrides)
+ *   flow_memory = 1GiB            ; the flow memory a replica gives its
+ *                                 ; clients' request rings (at least 64KiB;
+ *                                 ; its own flows come on top): a client
+ *                                 ; process that would pass it is refused
  *   transfer_chunk  = 256KiB      ; state transfer chunk (4KiB..1MiB) and
  *   transfer_window = 4           ; chunks in flight (1..16): Multi-Paxos
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
@@ -45,11 +49,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FK_CONF_MAX_NODES 15 /* 2f + 1 with f = 7; bounds every per-node array */
-#define FK_CONF_STR_MAX   256
-#define FK_CONF_TOKEN_MIN 16
-#define FK_CONF_TOKEN_MAX 127
-#define FK_CONF_ERR_MAX   320
+#define FK_CONF_MAX_NODES           15 /* 2f + 1 with f = 7; bounds every per-node array */
+#define FK_CONF_STR_MAX             256
+#define FK_CONF_TOKEN_MIN           16
+#define FK_CONF_TOKEN_MAX           127
+#define FK_CONF_ERR_MAX             320
+#define FK_CONF_FLOW_MEMORY_DEFAULT (1ULL << 30)
+#define FK_CONF_FLOW_MEMORY_MIN     (64ULL << 10)
 
 enum fk_protocol { FK_PROTO_NOPAXOS = 0, FK_PROTO_MULTIPAXOS = 1 };
 enum fk_fabric_kind { FK_FABRIC_AUTO = 0, FK_FABRIC_TCP = 1, FK_FABRIC_VERBS = 2 };
@@ -77,6 +83,7 @@ struct fk_cluster_conf {
     uint32_t sequencers[FK_CONF_MAX_NODES];
     uint64_t quota;            /* bytes; 0 = the server's default */
     uint64_t map_size;         /* bytes; 0 = the server's default */
+    uint64_t flow_memory;      /* bytes; FK_CONF_FLOW_MEMORY_DEFAULT unless set */
     uint32_t transfer_chunk;   /* bytes; 0 = the server's default (consensus/cons_core.h) */
     uint32_t transfer_window;  /* chunks; 0 = the server's default */
     char dir[FK_CONF_STR_MAX]; /* directory of the file, for relative paths */

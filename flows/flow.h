@@ -51,7 +51,8 @@
 #define FLOW_NAME_MAX    48 /* flow name including terminator */
 #define FLOW_COLS_MAX    16
 #define FLOW_COLNAME_MAX 24
-#define FLOW_TARGETS_MAX 16   /* targets per flow, declared plus joined */
+#define FLOW_TARGETS_MAX                                                                           \
+    64 /* targets per flow, declared plus joined (a declaration is one message) */
 #define FLOW_SOURCES_MAX 4096 /* source slots per target (a ring each while attached) */
 #define FLOW_FLOWS_MAX   64   /* flows one node knows */
 #define FLOW_PEERS_MAX   16
@@ -106,7 +107,8 @@ typedef struct flow_target flow_target;
 
 struct flow_node_config {
     struct fab_config fabric;
-    uint64_t mem_limit; /* bytes of flow memory this node may hold; 0 = no limit */
+    uint64_t mem_limit; /* bytes of flow memory this node may hold for flows not
+                           declared exempt (flow_opts.exempt); 0 = no limit */
 };
 
 void flow_node_config_default(struct flow_node_config *cfg);
@@ -140,6 +142,9 @@ int flow_node_wait(flow_node *node, uint64_t seen, uint64_t timeout_ns);
 /* Bytes of flow memory this node holds: registered rings, counters and
  * staging segments, and datagram buffers (DESIGN.md: memory per node). */
 uint64_t flow_node_memory(const flow_node *node);
+/* Of flow_node_memory, the bytes of flows not declared exempt: what is
+ * held against mem_limit. */
+uint64_t flow_node_memory_limited(const flow_node *node);
 /* flow_node_config.mem_limit (0: none). */
 uint64_t flow_node_mem_limit(const flow_node *node);
 
@@ -167,6 +172,9 @@ struct flow_opts {
     uint64_t gap_timeout_ns;           /* ordered: wait before GAP; default 50 ms */
     enum flow_agg agg;                 /* combiner */
     char agg_column[FLOW_COLNAME_MAX]; /* combiner: aggregated column */
+    int exempt; /* its memory counts in flow_node_memory, never against mem_limit: a
+                   service's own flows, bounded by their declaration, stay open when its
+                   clients' flows reach the limit */
 };
 
 void flow_opts_default(struct flow_opts *o, enum flow_kind kind, enum flow_mode mode);
@@ -293,7 +301,7 @@ int flow_flush(flow_source *s);
  * A replicate push reaches exactly these (it attaches again to the others
  * later, between segments): a caller that must reach every target sends
  * the others a copy by another way. Owner thread. */
-uint32_t flow_source_live(const flow_source *s);
+uint64_t flow_source_live(const flow_source *s);
 
 /* Ends the flow for this source: flushes, sends end-of-flow to every target
  * and frees the handle (whose slot the targets reclaim). Returns the first

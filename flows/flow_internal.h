@@ -284,9 +284,10 @@ struct flow_source {
  * caches what it learns. */
 int flow__describe(flow_node *n, const char *name, const char *hint, struct flow__desc *out);
 fab_node *flow__fab(flow_node *n);
-/* Reserves (positive) or returns (negative) delta bytes against mem_limit:
- * FK_ENOMEM when over. */
-int flow__mem_charge(flow_node *n, int64_t delta);
+/* Reserves (positive) or returns (negative) delta bytes: FK_ENOMEM when
+ * that passes mem_limit, unless for a flow declared exempt (counted, never
+ * refused); a return passes the same exempt. */
+int flow__mem_charge(flow_node *n, int64_t delta, int exempt);
 /* Target registry of the node, for the control handler. */
 int flow__host_target(flow_node *n, flow_target *t);
 void flow__unhost_target(flow_node *n, flow_target *t);

@@ -70,6 +70,7 @@ struct flow__mcast {
     uint8_t *pool; /* nentries * dsize */
     uint8_t *present;
     uint64_t pool_bytes;
+    int exempt; /* the flow's opts.exempt (flow__mem_charge) */
     struct mc_src src[FLOW_SOURCES_MAX];
     /* ordered targets */
     uint32_t session;
@@ -97,7 +98,7 @@ const char *flow__mc_ep_addr(const flow_target *t)
     return fab_ep_addr(t->mc->ep);
 }
 
-static int mc_alloc(flow_node *n, struct flow__mcast **out, uint32_t W, uint32_t dsize,
+static int mc_alloc(flow_node *n, int exempt, struct flow__mcast **out, uint32_t W, uint32_t dsize,
                     uint32_t nentries)
 {
     struct flow__mcast *m = calloc(1, sizeof(*m));
@@ -109,7 +110,8 @@ static int mc_alloc(flow_node *n, struct flow__mcast **out, uint32_t W, uint32_t
     m->nentries = nentries;
     m->release = -1;
     m->pool_bytes = (uint64_t)nentries * dsize + nentries;
-    int rc = flow__mem_charge(n, (int64_t)m->pool_bytes);
+    m->exempt = exempt;
+    int rc = flow__mem_charge(n, (int64_t)m->pool_bytes, exempt);
     if (rc < 0) {
         m->pool_bytes = 0;
         return rc;
@@ -127,7 +129,7 @@ static void mc_free(flow_node *n, struct flow__mcast *m)
         return;
     if (m->ep != NULL)
         fab_ep_close(m->ep);
-    flow__mem_charge(n, -(int64_t)m->pool_bytes);
+    flow__mem_charge(n, -(int64_t)m->pool_bytes, m->exempt);
     free(m->pool);
     free(m->present);
     free(m);
@@ -144,7 +146,7 @@ int flow__mc_target_init(flow_target *t)
 {
     uint32_t W = t->desc.opts.segments;
     uint32_t n = t->desc.opts.ordered ? W * t->nslots : W * t->nslots;
-    int rc = mc_alloc(t->node, &t->mc, W,
+    int rc = mc_alloc(t->node, t->desc.opts.exempt, &t->mc, W,
                       (uint32_t)sizeof(struct mc_hdr) + t->desc.schema.tuple_size, n);
     if (rc == 0)
         t->mc->session = t->desc.seq_session;
@@ -437,7 +439,7 @@ int flow__mc_next(flow_target *t, struct flow_item *item, uint64_t deadline)
 int flow__mc_source_init(flow_source *s)
 {
     uint32_t W = s->desc.opts.segments;
-    int rc = mc_alloc(s->node, &s->mc, W,
+    int rc = mc_alloc(s->node, s->desc.opts.exempt, &s->mc, W,
                       (uint32_t)sizeof(struct mc_hdr) + s->desc.schema.tuple_size, W);
     if (rc == 0)
         s->mc->id = flow__mc_src_id(fab_ep_addr(s->mc->ep));

@@ -40,7 +40,8 @@ struct flow__seq {
 struct flow_node {
     fab_node *fab;
     uint64_t mem_limit;
-    uint64_t mem_used;    /* atomic */
+    uint64_t mem_used;    /* atomic: every flow's */
+    uint64_t mem_limited; /* atomic: that of flows not exempt, held to mem_limit */
     pthread_mutex_t lock; /* registry tables; control plane only */
     struct flow__desc flows[FLOW_FLOWS_MAX];
     int nflows;
@@ -62,10 +63,14 @@ void flow_node_config_default(struct flow_node_config *cfg)
     fab_config_default(&cfg->fabric);
 }
 
-int flow__mem_charge(flow_node *n, int64_t delta)
+int flow__mem_charge(flow_node *n, int64_t delta, int exempt)
 {
-    uint64_t after = __atomic_add_fetch(&n->mem_used, (uint64_t)delta, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n->mem_used, (uint64_t)delta, __ATOMIC_RELAXED);
+    if (exempt)
+        return 0;
+    uint64_t after = __atomic_add_fetch(&n->mem_limited, (uint64_t)delta, __ATOMIC_RELAXED);
     if (delta > 0 && n->mem_limit != 0 && after > n->mem_limit) {
+        __atomic_sub_fetch(&n->mem_limited, (uint64_t)delta, __ATOMIC_RELAXED);
         __atomic_sub_fetch(&n->mem_used, (uint64_t)delta, __ATOMIC_RELAXED);
         return FK_ENOMEM;
     }
@@ -75,6 +80,11 @@ int flow__mem_charge(flow_node *n, int64_t delta)
 uint64_t flow_node_memory(const flow_node *n)
 {
     return __atomic_load_n(&n->mem_used, __ATOMIC_RELAXED);
+}
+
+uint64_t flow_node_memory_limited(const flow_node *n)
+{
+    return __atomic_load_n(&n->mem_limited, __ATOMIC_RELAXED);
 }
 
 uint64_t flow_node_mem_limit(const flow_node *n)
@@ -156,7 +166,7 @@ int flow__store_desc(flow_node *n, const struct flow__desc *d)
                 old.session, d->seq_session, d->opts.sequencer);
         fab_mr_dereg(old.mr);
         free(old.words);
-        flow__mem_charge(n, -64);
+        flow__mem_charge(n, -64, 0);
     }
     return rc;
 }
@@ -683,7 +693,7 @@ int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
     if (slot < 0)
         return FK_ENOMEM;
     if (!reused)
-        flow__mem_charge(n, 64);
+        flow__mem_charge(n, 64, 0);
     snprintf(d.opts.sequencer, FAB_ADDR_MAX, "%s", flow_node_addr(n));
     d.seq_session = session;
     d.version++;

@@ -803,7 +803,7 @@ static void source_free(flow_source *s)
     if (s->mr != NULL)
         fab_mr_dereg(s->mr);
     free(s->mem);
-    flow__mem_charge(s->node, -(int64_t)s->mem_bytes);
+    flow__mem_charge(s->node, -(int64_t)s->mem_bytes, s->desc.opts.exempt);
     free(s);
 }
 
@@ -830,7 +830,7 @@ static int alloc_stages(flow_source *s, int k)
     if (st->stages != NULL)
         return 0;
     uint64_t bytes = ((uint64_t)s->geom.nseg * s->geom.seg_stride + 63) / 64 * 64;
-    int rc = flow__mem_charge(s->node, (int64_t)bytes);
+    int rc = flow__mem_charge(s->node, (int64_t)bytes, s->desc.opts.exempt);
     if (rc < 0)
         return rc;
     s->mem_bytes += bytes;
@@ -846,9 +846,9 @@ static int source_init(flow_source *s)
     flow__geom(&s->desc, &s->geom);
     s->geom.nseg = flow__ring_segs(&s->geom, s->want_segs);
     s->geom.ring_bytes = FLOW__CTRL_BYTES + (uint64_t)s->geom.nseg * s->geom.seg_stride;
-    /* credits[16] and read buffers[16], 8 bytes each, in one region. */
+    /* credits and read buffers, FLOW_TARGETS_MAX of each, 8 bytes each, in one region. */
     uint64_t bytes = 2 * FLOW_TARGETS_MAX * 8;
-    int rc = flow__mem_charge(s->node, (int64_t)bytes);
+    int rc = flow__mem_charge(s->node, (int64_t)bytes, s->desc.opts.exempt);
     if (rc < 0)
         return rc;
     s->mem_bytes = bytes;
@@ -900,15 +900,16 @@ static int source_init(flow_source *s)
     return rc;
 }
 
-uint32_t flow_source_live(const flow_source *s)
+uint64_t flow_source_live(const flow_source *s)
 {
-    _Static_assert(FLOW_TARGETS_MAX <= 32, "a live mask is 32 bits");
-    uint32_t live = 0, n = s->desc.ntargets;
+    _Static_assert(FLOW_TARGETS_MAX <= 64, "a live mask is 64 bits");
+    uint64_t live = 0;
+    uint32_t n = s->desc.ntargets;
     assert(n <= FLOW_TARGETS_MAX);
     /* The min bounds the loop by the array for the compiler too (UBSan's
      * -Warray-bounds cannot see the descriptor's invariant). */
     for (uint32_t k = 0; k < n && k < FLOW_TARGETS_MAX; k++)
-        live |= (uint32_t)(s->t[k].state == 1) << k;
+        live |= (uint64_t)(s->t[k].state == 1) << k;
     return live;
 }
 

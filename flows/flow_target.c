@@ -43,7 +43,7 @@ static uint64_t *consumed_word(const flow_target *t, uint32_t slot)
 static int ring_alloc(flow_target *t, struct flow__slot *s, uint32_t nseg)
 {
     uint64_t bytes = (FLOW__CTRL_BYTES + (uint64_t)nseg * t->geom.seg_stride + 63) / 64 * 64;
-    int rc = flow__mem_charge(t->node, (int64_t)bytes);
+    int rc = flow__mem_charge(t->node, (int64_t)bytes, t->desc.opts.exempt);
     if (rc < 0)
         return rc;
     s->ring = aligned_alloc(64, bytes);
@@ -54,7 +54,7 @@ static int ring_alloc(flow_target *t, struct flow__slot *s, uint32_t nseg)
     if (s->ring == NULL || rc < 0) {
         free(s->ring);
         s->ring = NULL;
-        flow__mem_charge(t->node, -(int64_t)bytes);
+        flow__mem_charge(t->node, -(int64_t)bytes, t->desc.opts.exempt);
         return FK_ENOMEM;
     }
     s->ring_bytes = bytes;
@@ -69,7 +69,7 @@ static void ring_free(flow_target *t, struct flow__slot *s)
         return;
     fab_mr_dereg(s->mr);
     free(s->ring);
-    flow__mem_charge(t->node, -(int64_t)s->ring_bytes);
+    flow__mem_charge(t->node, -(int64_t)s->ring_bytes, t->desc.opts.exempt);
     s->ring = NULL;
     s->mr = NULL;
     s->ring_bytes = 0;
@@ -360,7 +360,7 @@ static void target_free_mem(flow_target *t)
         fab_mr_dereg(t->credit_mr);
     free(t->credit_stage);
     free(t->slots);
-    flow__mem_charge(t->node, -(int64_t)t->mem_bytes);
+    flow__mem_charge(t->node, -(int64_t)t->mem_bytes, t->desc.opts.exempt);
     t->credit_mr = NULL;
     t->credit_stage = NULL;
     t->slots = NULL;
@@ -375,7 +375,7 @@ static int target_alloc(flow_target *t)
     flow__geom(&t->desc, &t->geom);
     t->nslots = t->desc.opts.max_sources;
     uint64_t credits = ((uint64_t)t->nslots * 8 + 63) / 64 * 64;
-    int rc = flow__mem_charge(t->node, (int64_t)credits);
+    int rc = flow__mem_charge(t->node, (int64_t)credits, t->desc.opts.exempt);
     if (rc < 0)
         return rc;
     t->mem_bytes = credits;

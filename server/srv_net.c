@@ -220,6 +220,7 @@ static void connect_bcast(struct srv_net *net)
         o.segment_bytes = SRV_NET_PEER_SEG;
         o.segments = SRV_NET_SEGS;
         o.max_sources = SRV_NET_BCAST_SOURCES;
+        o.exempt = 1; /* the replicas' own: never refused for the clients' sake */
         int rc = flow_msg_schema(&sc, FKC_PEER_TUPLE);
         assert(rc == 0);
         flow_name(name, sizeof(name), FKC_FLOW_BCAST, net->id);
@@ -493,6 +494,7 @@ static int declare_own(struct srv_net *net)
     o.segment_bytes = SRV_NET_PEER_SEG;
     o.segments = SRV_NET_SEGS;
     o.max_sources = CONS_REPLICAS_MAX;
+    o.exempt = 1; /* the replicas' own: never refused for the clients' sake */
     int rc = flow_msg_schema(&sc, FKC_PEER_TUPLE);
     flow_name(name, sizeof(name), FKC_FLOW_PEER, net->id);
     if (rc == 0)
@@ -512,6 +514,9 @@ static int declare_own(struct srv_net *net)
     o.segments = SRV_NET_SEGS;
     o.max_sources = 1;
     o.max_targets = FKC_REPLY_MAX;
+    /* Its staging per client is bounded by max_targets; a client is
+     * refused at its request flows (flow_memory), not by a dropped reply. */
+    o.exempt = 1;
     if (rc == 0)
         rc = flow_msg_schema(&sc, FKC_REPLY_TUPLE);
     flow_name(name, sizeof(name), FKC_FLOW_REPLY, net->id);
@@ -565,7 +570,8 @@ int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
     nc.fabric.host = self->ip;
     nc.fabric.port = self->port;
     nc.fabric.device = self->rdma_device[0] ? self->rdma_device : NULL;
-    nc.fabric.token = c->token; /* peers and clients prove it (fab.h) */
+    nc.fabric.token = c->token;    /* peers and clients prove it (fab.h) */
+    nc.mem_limit = c->flow_memory; /* a client past it is refused (flowkv.c, join_failed) */
     nc.fabric.backend = self->fabric == FK_FABRIC_TCP     ? FAB_BACKEND_TCP
                         : self->fabric == FK_FABRIC_VERBS ? FAB_BACKEND_VERBS
                                                           : FAB_BACKEND_AUTO;
@@ -672,6 +678,7 @@ void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st)
 {
     *st = net->st;
     st->flow_bytes = flow_node_memory(net->node);
+    st->client_flow_bytes = flow_node_memory_limited(net->node);
 }
 
 /* ---- the event loop's side -------------------------------------------------------- */
@@ -763,7 +770,7 @@ int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t le
 int srv_net_to_peers(struct srv_net *net, const void *buf, size_t len)
 {
     struct peer *b = &net->bcast;
-    uint32_t reached = 0;
+    uint64_t reached = 0;
     if (b->src != NULL) {
         int rc = flow_msg_send(&b->tx, -1, 0, net->id, buf, len);
         if (rc == 0) {

@@ -127,6 +127,7 @@ struct srv_net_stats {
     uint64_t out_bcast;                        /* peer messages sent on kv.bcast */
     uint64_t dropped;                          /* sends that failed */
     uint64_t flow_bytes;                       /* flow_node_memory */
+    uint64_t client_flow_bytes;                /* flow_node_memory_limited: clients' rings */
 };
 void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st);
 

@@ -412,6 +412,13 @@ static uint64_t gauge_flow_bytes(void *arg)
     return st.flow_bytes;
 }
 
+static uint64_t gauge_client_flow_bytes(void *arg)
+{
+    struct srv_net_stats st;
+    srv_net_stats(((struct srv_node *)arg)->net, &st);
+    return st.client_flow_bytes;
+}
+
 static int metrics_page(void *arg, const char *path, char *body, size_t cap, const char **ctype)
 {
     struct srv_node *n = arg;
@@ -443,6 +450,9 @@ static void metrics_init(struct srv_node *n)
     fk_metrics_gauge_fn(r, "flowkv_flow_memory_bytes", "",
                         "Bytes of flow memory this node holds (rings, staging, counters)",
                         gauge_flow_bytes, n);
+    fk_metrics_gauge_fn(r, "flowkv_flow_client_memory_bytes", "",
+                        "Of those, the clients' request rings, held to flow_memory",
+                        gauge_client_flow_bytes, n);
     n->m_views = fk_metrics_counter(r, "flowkv_view_changes_total", "",
                                     "Ballot (Multi-Paxos) or view (NOPaxos) changes seen");
     n->m_gaps = fk_metrics_counter(r, "flowkv_oum_gaps_total", "",

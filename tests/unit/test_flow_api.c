@@ -161,8 +161,8 @@ TEST(flow_memory_reported_and_bounded)
     flow_source *s, *s2;
     CHECK_OK(flow_source_open(a, "small", 0, FT_SEC, &s));
     CHECK_EQ_U64(flow_node_memory(b), 128 + ring4);
-    /* credits and read words (256) plus one target's 4 staged segments. */
-    CHECK_EQ_U64(flow_node_memory(a), 256 + 4 * (4096 + 16));
+    /* credits and read words (2 * FLOW_TARGETS_MAX * 8) plus one target's 4 staged segments. */
+    CHECK_EQ_U64(flow_node_memory(a), 2 * FLOW_TARGETS_MAX * 8 + 4 * (4096 + 16));
     /* The declared ring does not fit: refused, and nothing is held. */
     CHECK_ERR(flow_source_open(a, "big", 0, FT_SEC, &s2), FK_ENOMEM);
     CHECK_EQ_U64(flow_node_memory(b), 128 + ring4);

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# ycsb/bench/clients.sh: clients at scale (`make bench-clients`).
+#
+#   clients.sh [-o DIR] [-p PROTOCOLS] [-h "1 16 64 256 1024"] [-r RECORDS] [-s SECONDS]
+#
+# For each protocol (3 replicas, async durability) and for etcd (3
+# members, through its gRPC API, fsync as always), loads RECORDS records
+# of YCSB's default record (workloadb, 1,048 bytes; default 100,000), then
+# runs YCSB-B for SECONDS (default 10) at each handle count: one
+# flowkv-ycsb process with that many threads, each thread one handle
+# with one request in flight (the handles of a process share a channel:
+# client/flowkv.h). Before them, the peak of one handle with a deep
+# pipeline (1 thread, 128 in flight), the baseline the 1,024-handle
+# throughput is compared with. Prints, per system and count, ops/s, the
+# p95 of reads and a replica's resident memory (the largest of the three,
+# VmRSS: anonymous memory and the LMDB pages it touched) at the end of
+# the run, and ends with one line:
+#   clients: handles=1024 ops_ratio_peak=X rss_mib=Y etcd_ratio_min=Z
+# X: ops/s at 1,024 handles over the deep-pipeline peak (the lower of the
+# two protocols), Y: the largest replica RSS at 1,024 handles (MiB), Z:
+# the smallest flowkv/etcd ratio at any count and protocol; then the same
+# per protocol (mpx_..., nop_...).
+# Every wait is bounded; every process started here is stopped by PID.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+. "$root/tests/lib.sh"
+B=${BUILD:-$root/build}
+SERVER=$B/bin/flowkv-server
+CLI=$B/bin/flowkv
+YCSB=$B/bin/flowkv-ycsb
+WL=$root/ycsb/workloads/workloadb
+records=100000
+secs=10
+handles="1 16 64 256 1024"
+out=$root/build/bench-clients
+protos="multipaxos nopaxos"
+while getopts "o:p:h:r:s:" o; do
+    case $o in
+    o) out=$OPTARG ;;
+    p) protos=$OPTARG ;;
+    h) handles=$OPTARG ;;
+    r) records=$OPTARG ;;
+    s) secs=$OPTARG ;;
+    *) echo "usage: clients.sh [-o DIR] [-p PROTOCOLS] [-h COUNTS] [-r RECORDS] [-s SECONDS]" >&2; exit 2 ;;
+    esac
+done
+rm -rf "$out"
+mkdir -p "$out"
+declare -A PID F
+cleanup() {
+    for p in "${PID[@]}"; do kill -KILL "$p" 2>/dev/null; done
+    for p in "${PID[@]}"; do wait "$p" 2>/dev/null; done
+    [ -d "$out/etcd" ] && "$here/etcd-cluster.sh" stop "$out/etcd" >/dev/null 2>&1
+}
+trap cleanup EXIT
+export FLOWKV_LOG=warn
+
+start() { # start DIR ID [flags]
+    local d=$1 i=$2
+    shift 2
+    "$SERVER" -c "$d/cluster.conf" -i "$i" -m off "$@" >>"$d/log$i" 2>&1 &
+    PID[$d.$i]=$!
+}
+stop_all() { # stop_all DIR: TERM, bounded 5 s, then KILL
+    local i p
+    for i in 0 1 2; do
+        p=${PID[$1.$i]:-}
+        [ -n "$p" ] || continue
+        kill -TERM "$p" 2>/dev/null
+        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+        unset "PID[$1.$i]"
+    done
+}
+serving() {
+    for _ in $(seq 60); do
+        "$CLI" -c "$1/cluster.conf" -t 1000 put probe x >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    echo "clients: the cluster in $1 does not serve" >&2
+    return 1
+}
+ops_of() { awk -F', ' '$1=="[OVERALL]" && $2=="Throughput(ops/sec)" {printf "%.0f", $3}' "$1"; }
+p95_of() { awk -F', ' '$1=="[READ]" && $2=="95thPercentileLatency(us)" {print $3}' "$1"; }
+# rss_of PID...: the largest VmRSS among them, MiB.
+rss_of() {
+    local m=0 r p
+    for p in "$@"; do
+        r=$(awk '/^VmRSS:/ { print int($2 / 1024) }' "/proc/$p/status" 2>/dev/null)
+        [ "${r:-0}" -gt "$m" ] && m=$r
+    done
+    echo "$m"
+}
+# run DIR_OR_ENDPOINTS KEY THREADS PIPELINE [PIDS...]: YCSB-B for $secs s;
+# F[KEY.ops], F[KEY.p95], F[KEY.rss] (the largest RSS of PIDS as the run ends).
+run() {
+    local tgt=$1 key=$2 t=$3 n=$4 y
+    shift 4
+    local -a base
+    if [ -f "$tgt/cluster.conf" ]; then base=(-c "$tgt/cluster.conf"); else base=(-db etcd -p "etcd.endpoints=$tgt"); fi
+    timeout $((secs + 120)) "$YCSB" run "${base[@]}" -P "$WL" -p recordcount="$records" \
+        -threads "$t" -p flowkv.pipeline="$n" -p operationcount=0 -p maxexecutiontime="$secs" \
+        >"$out/$key.txt" 2>&1 &
+    y=$!
+    sleep $((secs - 1))
+    F[$key.rss]=$(rss_of "$@")
+    wait "$y"
+    F[$key.ops]=$(ops_of "$out/$key.txt")
+    F[$key.p95]=$(p95_of "$out/$key.txt")
+    echo "clients: $key: ${F[$key.ops]:-0} ops/s, read p95 ${F[$key.p95]:-?} us, replica RSS ${F[$key.rss]} MiB"
+}
+
+for p in $protos; do
+    d=$out/$p
+    fk_local_conf "$d/cluster.conf" "$p" async "$(fk_base_port)"
+    for i in 0 1 2; do start "$d" $i --new-cluster; done
+    serving "$d" || exit 1
+    timeout 1200 "$YCSB" load -c "$d/cluster.conf" -P "$WL" -p recordcount="$records" -threads 1 \
+        -p flowkv.pipeline=64 >"$d/load.txt" 2>&1
+    echo "clients: $p: loaded $records records at $(ops_of "$d/load.txt") ops/s"
+    pids=("${PID[$d.0]}" "${PID[$d.1]}" "${PID[$d.2]}")
+    run "$d" "$p.peak" 1 128 "${pids[@]}"
+    for h in $handles; do run "$d" "$p.$h" "$h" 1 "${pids[@]}"; done
+    stop_all "$d"
+    rm -rf "$d"/data*
+done
+
+ecd=$out/etcd
+ep=$("$here/etcd-cluster.sh" start "$ecd" 3) || exit 1
+timeout 1800 "$YCSB" load -db etcd -p "etcd.endpoints=$ep" -P "$WL" -p recordcount="$records" \
+    -threads 2 -p flowkv.pipeline=64 >"$ecd/load.txt" 2>&1
+echo "clients: etcd: loaded $records records at $(ops_of "$ecd/load.txt") ops/s"
+mapfile -t epids < <(awk '{ print $1 }' "$ecd/pids")
+for h in $handles; do run "$ep" "etcd.$h" "$h" 1 "${epids[@]}"; done
+"$here/etcd-cluster.sh" stop "$ecd" >/dev/null 2>&1
+rm -rf "$ecd"/m*/
+
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
+min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b ? a : b) }'; }
+printf 'clients: %-10s %8s' system peak
+for h in $handles; do printf ' %8s' "$h"; done
+echo
+for s in $protos etcd; do
+    printf 'clients: %-10s %8s' "$s" "${F[$s.peak.ops]:--}"
+    for h in $handles; do printf ' %8s' "${F[$s.$h.ops]:-0}"; done
+    echo
+done
+last=${handles##* }
+line="clients: handles=$last"
+per=""
+ops_ratio=9999 rss=0 emin=9999
+for p in $protos; do
+    k=${p:0:3}
+    [ "$k" = mul ] && k=mpx
+    r=$(ratio "${F[$p.$last.ops]:-0}" "${F[$p.peak.ops]:-0}")
+    e=9999
+    for h in $handles; do e=$(min "$e" "$(ratio "${F[$p.$h.ops]:-0}" "${F[etcd.$h.ops]:-0}")"); done
+    per+=" ${k}_ops_ratio_peak=$r ${k}_rss_mib=${F[$p.$last.rss]:-0} ${k}_etcd_ratio_min=$e ${k}_peak_ops=${F[$p.peak.ops]:-0} ${k}_ops_${last}=${F[$p.$last.ops]:-0}"
+    ops_ratio=$(min "$ops_ratio" "$r")
+    rss=$(max "$rss" "${F[$p.$last.rss]:-0}")
+    emin=$(min "$emin" "$e")
+done
+echo "$line ops_ratio_peak=$ops_ratio rss_mib=$rss etcd_ratio_min=$emin$per"
