@@ -85,6 +85,15 @@
 #define FKC_CLIENTS_MAX 256 /* client sources per replica (kv.req, kv.oum) */
 #define FKC_REPLY_MAX   64  /* client processes per replica: kv.reply's targets, FLOW_TARGETS_MAX */
 #define FKC_MSG_MAX     CONS_MSG_MAX
+/* Client rings (server/srv_net.c declares them): requests to a segment,
+ * and the most segments a client process may ask for (client/flowkv.c
+ * sizes its rings by its handles' pipelines). */
+#define FKC_REQ_SEG_TUPLES   8
+#define FKC_REQ_SEGS_MAX     256
+#define FKC_OUM_SEG_TUPLES   64
+#define FKC_OUM_SEGS_MAX     64
+#define FKC_REPLY_SEG_TUPLES 8
+#define FKC_REPLY_SEGS_MAX   512 /* of 8 fragments: the replies a process waits for */
 
 enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2 };
 

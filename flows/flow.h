@@ -209,6 +209,10 @@ int flow_target_open(flow_node *node, const char *name, int index, flow_target *
  * declaring node assigns the index. Errors: FK_EFULL (max_targets reached),
  * plus those of flow_target_open. */
 int flow_target_join(flow_node *node, const char *name, flow_target **out);
+/* As flow_target_join, with rings of at most `segments` segments for the
+ * sources that attach (0: as they ask): a client holds the replies it
+ * waits for, not the flow's declared ring per source. */
+int flow_target_join_ring(flow_node *node, const char *name, uint32_t segments, flow_target **out);
 
 /* The target's index. */
 int flow_target_index(const flow_target *t);

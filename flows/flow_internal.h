@@ -211,7 +211,8 @@ struct flow_target {
     pthread_mutex_t lock; /* slot transitions (attach, close, reclaim); not the data path */
     uint64_t mem_bytes;   /* credit words (rings are charged per slot) */
     uint32_t nslots;
-    uint32_t hi; /* atomic: 1 + the highest slot attached since open; scans stop there */
+    uint32_t hi;       /* atomic: 1 + the highest slot attached since open; scans stop there */
+    uint32_t ring_cap; /* most segments a source's ring gets here; 0: as declared */
     struct flow__slot *slots; /* nslots */
     uint32_t cursor;          /* round-robin position */
     uint32_t run_left;        /* tuples left in the cursor slot's head segment */
@@ -244,6 +245,8 @@ struct flow__starget {
     uint64_t full_since;  /* when a push first found the ring full, 0 = it has room */
     int held;             /* posts with FAB_MORE the fabric may still hold (sent by a poll) */
     uint32_t fill;        /* tuples staged in the current segment */
+    uint32_t nseg;        /* segments of its ring: what the target granted */
+    uint32_t stage_nseg;  /* segments in stages */
     uint8_t *stages;      /* nseg segments, indexed by sent % nseg: a segment's
                            * buffer is reused only after the target consumed it,
                            * so zero-copy backends may read it until then */

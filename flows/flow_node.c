@@ -349,15 +349,20 @@ static int on_attach(flow_node *n, uint64_t peer, const void *req, size_t len, v
     return rc < 0 ? rc : (int)sizeof(struct flow__attach_resp);
 }
 
-/* JOIN_TARGET and LEAVE_TARGET, answered by the flow's home node. */
+/* JOIN_TARGET and LEAVE_TARGET, answered by the flow's home node with the
+ * declaration; a join's answer adds the index it assigned (u32): one node
+ * may hold several joined targets of a flow (a client process's reply
+ * targets while it grows them), so its address alone does not say which
+ * is new. */
 static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void *req, size_t len,
                          void *resp, size_t cap)
 {
-    if (cap < sizeof(struct flow__desc))
+    if (cap < sizeof(struct flow__desc) + sizeof(uint32_t))
         return FK_EMALFORMED;
     pthread_mutex_lock(&n->lock);
     struct flow__desc *d = find_desc(n, h->name);
     int rc = d == NULL ? FK_EUNKNOWN_FLOW : 0;
+    uint32_t assigned = 0;
     if (rc == 0 && h->type == FLOW__MSG_JOIN_TARGET) {
         char addr[FAB_ADDR_MAX] = {0};
         if (len != sizeof(*h) + FAB_ADDR_MAX)
@@ -367,6 +372,7 @@ static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void
         uint32_t idx = 0;
         while (rc == 0 && idx < d->ntargets && d->targets[idx][0] != '\0')
             idx++;
+        assigned = idx;
         if (rc == 0 && idx >= d->opts.max_targets)
             rc = FK_EFULL;
         if (rc == 0) {
@@ -392,7 +398,12 @@ static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void
     if (rc == 0)
         memcpy(resp, d, sizeof(*d));
     pthread_mutex_unlock(&n->lock);
-    return rc < 0 ? rc : (int)sizeof(*d);
+    if (rc < 0)
+        return rc;
+    if (h->type != FLOW__MSG_JOIN_TARGET)
+        return (int)sizeof(*d);
+    memcpy((uint8_t *)resp + sizeof(*d), &assigned, sizeof assigned);
+    return (int)(sizeof(*d) + sizeof assigned);
 }
 
 static int on_seq_info(flow_node *n, const struct flow__msg_hdr *h, void *resp, size_t cap)

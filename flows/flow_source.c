@@ -151,8 +151,8 @@ static int wait_space(flow_source *s, int k)
      * consumed counter is posted once half the ring is in flight, riding
      * with the batched segments, and its answer is polled only when the
      * ring looks full. */
-    if (bw && st->sent - st->consumed < s->geom.nseg) {
-        if (st->sent - st->consumed >= s->geom.nseg / 2)
+    if (bw && st->sent - st->consumed < st->nseg) {
+        if (st->sent - st->consumed >= st->nseg / 2)
             post_consumed_read(s, k, FAB_MORE);
         return 0;
     }
@@ -162,9 +162,9 @@ static int wait_space(flow_source *s, int k)
             return rc;
         refresh_consumed(s, k);
         uint64_t inflight = st->sent - st->consumed;
-        if (bw && inflight >= s->geom.nseg / 2)
+        if (bw && inflight >= st->nseg / 2)
             post_consumed_read(s, k, 0);
-        if (inflight < s->geom.nseg) {
+        if (inflight < st->nseg) {
             st->full_since = 0;
             return 0;
         }
@@ -198,7 +198,7 @@ static int wait_space(flow_source *s, int k)
         } else {
             uint64_t bell = fab_node_doorbell(flow__fab(s->node));
             refresh_consumed(s, k);
-            if (st->sent - st->consumed >= s->geom.nseg)
+            if (st->sent - st->consumed >= st->nseg)
                 fab_node_wait(flow__fab(s->node), bell, 10 * FK_NSEC_PER_MSEC);
         }
     }
@@ -217,10 +217,9 @@ static int send_segment(flow_source *s, int k, uint8_t *stage, uint32_t fill, ui
     struct flow__footer *f = (struct flow__footer *)(void *)(stage + s->geom.seg_payload);
     f->seq = seq;
     f->state = FOOT_STATE(fill, s->session, flags);
-    uint64_t at = st->ring.addr + FLOW__CTRL_BYTES + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+    uint64_t at = st->ring.addr + FLOW__CTRL_BYTES + (st->sent % st->nseg) * s->geom.seg_stride;
     /* One signaled write per ring wrap, and for end-of-flow (close waits). */
-    unsigned sig =
-        (st->sent % s->geom.nseg == s->geom.nseg - 1 || (flags & FOOT_END)) ? FAB_SIGNALED : 0;
+    unsigned sig = (st->sent % st->nseg == st->nseg - 1 || (flags & FOOT_END)) ? FAB_SIGNALED : 0;
     uint64_t cookie = (flags & FOOT_END) ? COOKIE_END : COOKIE_WRITE;
     if (sig && st->signaled >= FAB_CONN_DEPTH / 2) {
         while (st->signaled >= FAB_CONN_DEPTH / 2 && (rc = reap(s, k)) == 0 &&
@@ -274,7 +273,7 @@ static int stage_for(flow_source *s, int k, uint8_t **out)
         if (rc < 0)
             return rc;
     }
-    *out = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+    *out = st->stages + (st->sent % st->nseg) * s->geom.seg_stride;
     return 0;
 }
 
@@ -410,8 +409,9 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
         rc = st->conn ? 0 : fab_connect(fab, target_addr(s, k), attach_wait(deadline), &st->conn);
         if (rc == 0)
             rc = fab_call(st->conn, &req, sizeof(req), &resp, sizeof(resp), attach_wait(deadline));
-        if (rc == (int)sizeof(resp) && resp.segments != s->geom.nseg && s->mc == NULL)
-            rc = FK_EPROTO; /* both sides compute it (flow__ring_segs) */
+        if (rc == (int)sizeof(resp) && s->mc == NULL &&
+            (resp.segments < 2 || resp.segments > s->geom.nseg))
+            rc = FK_EPROTO; /* at most what was asked (flow__target_attach) */
         if (rc == (int)sizeof(resp))
             break;
         if (rc >= 0)
@@ -426,6 +426,12 @@ static int attach_one(flow_source *s, int k, uint64_t deadline)
     }
     st->slot = resp.slot;
     st->ring = resp.ring;
+    st->nseg = s->mc != NULL ? s->geom.nseg : resp.segments;
+    if (s->mc == NULL && alloc_stages(s, k) < 0) {
+        fab_conn_close(st->conn);
+        st->conn = NULL;
+        return FK_ENOMEM;
+    }
     memcpy(st->mcast_ep, resp.mcast_ep, FAB_ADDR_MAX);
     st->sent = st->consumed = 0;
     st->fill = 0;
@@ -486,8 +492,6 @@ static int ensure_target(flow_source *s, int k)
     s->desc.epoch = d.epoch;
     memcpy(s->desc.targets, d.targets, sizeof(d.targets));
     detach_one(s, k);
-    if (alloc_stages(s, k) < 0)
-        return FK_ENOMEM;
     uint64_t budget = s->timeout_ns > FLOW__JOIN_ATTACH_NS ? s->timeout_ns : FLOW__JOIN_ATTACH_NS;
     if (attach_one(s, k, now + budget) == 0) {
         s->t[k].fails = 0;
@@ -572,7 +576,7 @@ static int replicate_seal(flow_source *s, uint64_t flags)
         struct flow__starget *st = &s->t[k];
         if (st->state != 1)
             continue;
-        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+        uint8_t *stage = st->stages + (st->sent % st->nseg) * s->geom.seg_stride;
         int r = send_segment(s, (int)k, stage, st->fill, seq, flags);
         st->fill = 0;
         if (r < 0 && r != FK_ECLOSED)
@@ -642,7 +646,7 @@ static int replicate_push(flow_source *s, const void *tuple)
         struct flow__starget *st = &s->t[k];
         if (!(room >> k & 1) || st->state != 1)
             continue;
-        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+        uint8_t *stage = st->stages + (st->sent % st->nseg) * s->geom.seg_stride;
         memcpy(stage + (uint64_t)st->fill * s->desc.schema.tuple_size, tuple,
                s->desc.schema.tuple_size);
         st->fill++;
@@ -732,7 +736,7 @@ int flow_flush(flow_source *s)
         }
         if (st->state != 1 || st->fill == 0 || s->desc.opts.kind == FLOW_REPLICATE)
             continue;
-        uint8_t *stage = st->stages + (st->sent % s->geom.nseg) * s->geom.seg_stride;
+        uint8_t *stage = st->stages + (st->sent % st->nseg) * s->geom.seg_stride;
         uint32_t fill = st->fill;
         st->fill = 0;
         int r = send_segment(s, (int)k, stage, fill, 0, 0);
@@ -827,9 +831,18 @@ int flow_source_close(flow_source *s)
 static int alloc_stages(flow_source *s, int k)
 {
     struct flow__starget *st = &s->t[k];
-    if (st->stages != NULL)
+    if (st->stages != NULL && st->stage_nseg == st->nseg)
         return 0;
-    uint64_t bytes = ((uint64_t)s->geom.nseg * s->geom.seg_stride + 63) / 64 * 64;
+    if (st->stages != NULL) { /* the target granted a ring of another size */
+        uint64_t had = ((uint64_t)st->stage_nseg * s->geom.seg_stride + 63) / 64 * 64;
+        fab_mr_dereg(st->stage_mr);
+        free(st->stages);
+        st->stages = NULL;
+        st->stage_mr = NULL;
+        flow__mem_charge(s->node, -(int64_t)had, s->desc.opts.exempt);
+        s->mem_bytes -= had;
+    }
+    uint64_t bytes = ((uint64_t)st->nseg * s->geom.seg_stride + 63) / 64 * 64;
     int rc = flow__mem_charge(s->node, (int64_t)bytes, s->desc.opts.exempt);
     if (rc < 0)
         return rc;
@@ -838,6 +851,7 @@ static int alloc_stages(flow_source *s, int k)
     if (st->stages == NULL)
         return FK_ENOMEM;
     memset(st->stages, 0, bytes);
+    st->stage_nseg = st->nseg;
     return fab_mr_reg(flow__fab(s->node), st->stages, bytes, &st->stage_mr);
 }
 
@@ -868,9 +882,7 @@ static int source_init(flow_source *s)
             s->t[k].state = 2;
             continue;
         }
-        rc = s->desc.opts.multicast ? 0 : alloc_stages(s, (int)k);
-        if (rc == 0)
-            rc = attach_one(s, (int)k, deadline);
+        rc = attach_one(s, (int)k, deadline);
         /* A replicate flow reaches the targets that answer: a replica
          * group serves with f of its members down (NOPaxos section 4: the
          * multicast is unreliable; the missing member recovers later).

@@ -100,7 +100,12 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
 {
     pthread_mutex_lock(&t->lock);
     int slot = t->closed ? FK_ECLOSED : pick_slot(t, req->slot);
-    uint32_t nseg = flow__ring_segs(&t->geom, req->segments);
+    /* The source asks for a ring; the target may hold it to less (a
+     * client sizing its reply rings: flow_target_join_ring). */
+    uint32_t want = req->segments;
+    if (t->ring_cap != 0 && (want == 0 || want > t->ring_cap))
+        want = t->ring_cap;
+    uint32_t nseg = flow__ring_segs(&t->geom, want);
     if (slot >= 0 && !t->desc.opts.multicast) {
         assert(t->slots[slot].ring == NULL); /* freed when its last source ended */
         int rc = ring_alloc(t, &t->slots[slot], nseg);
@@ -408,7 +413,8 @@ static void target_destroy(flow_target *t)
     free(t);
 }
 
-int flow_target_open(flow_node *n, const char *name, int index, flow_target **out)
+static int target_open(flow_node *n, const char *name, int index, uint32_t ring_cap,
+                       flow_target **out)
 {
     if (n == NULL || name == NULL || out == NULL || index < 0 || index >= FLOW_TARGETS_MAX)
         return FK_EINVAL;
@@ -425,6 +431,7 @@ int flow_target_open(flow_node *n, const char *name, int index, flow_target **ou
     }
     t->node = n;
     t->index = index;
+    t->ring_cap = ring_cap; /* before it is hosted: no attach sees it unset */
     t->owner = pthread_self();
     t->release_slot = -1;
     pthread_mutex_init(&t->lock, NULL);
@@ -445,16 +452,28 @@ int flow_target_open(flow_node *n, const char *name, int index, flow_target **ou
     return 0;
 }
 
-/* Asks the home for an index (JOIN_TARGET); returns the home's answer's
- * length or an error. */
-static int ask_join(flow_node *n, const char *name, const char *home, struct flow__desc *d)
+int flow_target_open(flow_node *n, const char *name, int index, flow_target **out)
+{
+    return target_open(n, name, index, 0, out);
+}
+
+/* Asks the home for an index (JOIN_TARGET): the declaration in *d and the
+ * index it assigned in *index; returns the answer's length or an error. */
+static int ask_join(flow_node *n, const char *name, const char *home, struct flow__desc *d,
+                    uint32_t *index)
 {
     uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
     struct flow__msg_hdr h = {.type = FLOW__MSG_JOIN_TARGET};
     snprintf(h.name, sizeof(h.name), "%s", name);
     memcpy(req, &h, sizeof(h));
     snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", flow_node_addr(n));
-    return flow__call(n, home, req, sizeof(req), d, sizeof(*d));
+    uint8_t resp[sizeof(*d) + sizeof(*index)];
+    int rc = flow__call(n, home, req, sizeof(req), resp, sizeof(resp));
+    if (rc == (int)sizeof(resp)) {
+        memcpy(d, resp, sizeof(*d));
+        memcpy(index, resp + sizeof(*d), sizeof(*index));
+    }
+    return rc;
 }
 
 /* Gives index back to the home (best effort, bounded): a join that failed
@@ -496,6 +515,11 @@ static int reap_dead_members(flow_node *n, const struct flow__desc *d)
 
 int flow_target_join(flow_node *n, const char *name, flow_target **out)
 {
+    return flow_target_join_ring(n, name, 0, out);
+}
+
+int flow_target_join_ring(flow_node *n, const char *name, uint32_t segments, flow_target **out)
+{
     struct flow__desc d;
     if (n == NULL || name == NULL || out == NULL || strlen(name) >= FLOW_NAME_MAX)
         return FK_EINVAL;
@@ -504,26 +528,23 @@ int flow_target_join(flow_node *n, const char *name, flow_target **out)
         return rc;
     char home[FAB_ADDR_MAX];
     memcpy(home, d.home, sizeof(home));
-    rc = ask_join(n, name, home, &d);
+    uint32_t assigned = 0;
+    rc = ask_join(n, name, home, &d, &assigned);
     if (rc == FK_EFULL && flow__describe(n, name, home, &d) == 0 && reap_dead_members(n, &d) > 0)
-        rc = ask_join(n, name, home, &d);
+        rc = ask_join(n, name, home, &d, &assigned);
     if (rc < 0)
         return rc;
-    if (rc != (int)sizeof(d))
+    if (rc != (int)(sizeof(d) + sizeof assigned) || assigned >= d.ntargets ||
+        assigned >= FLOW_TARGETS_MAX || strcmp(d.targets[assigned], flow_node_addr(n)) != 0)
         return FK_EPROTO;
-    int index = -1;
-    for (uint32_t i = 0; i < d.ntargets && i < FLOW_TARGETS_MAX; i++)
-        if (strcmp(d.targets[i], flow_node_addr(n)) == 0)
-            index = (int)i; /* the last one: this join */
-    if (index < 0)
-        return FK_EPROTO;
+    int index = (int)assigned;
     /* The home's answer is the newest declaration (same incarnation, a
      * higher version; or a later one): stored here, it is what
      * flow_target_open reads. Nobody else needs it now: a source learns of
      * a joined target from the home when it first pushes there. */
     rc = flow__store_desc(n, &d);
     if (rc == 0)
-        rc = flow_target_open(n, name, index, out);
+        rc = target_open(n, name, index, segments, out);
     if (rc == 0)
         (*out)->joined = 1;
     else

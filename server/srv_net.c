@@ -167,23 +167,28 @@ static void connect_peers(struct srv_net *net)
 }
 
 /* Bandwidth-mode rings at the receiver: 32 segments of 8 fragments for
- * the peer, request and reply flows (512 KiB per peer, 128 KiB per client
- * each way); kv.oum: 16 segments of 64 fragments per client (256 KiB: a
+ * the peer flows (512 KiB per peer). A client process asks for the ring
+ * its handles' pipelines need (client/flowkv.c, chan_segs), up to
+ * SRV_NET_REQ_SEGS segments of 8 requests on kv.req (1 MiB: 2,048
+ * one-fragment requests) and SRV_NET_OUM_SEGS of 64 fragments on kv.oum
+ * (1 MiB); its reply rings, which it hosts, up to SRV_NET_REPLY_SEGS
+ * (2 MiB), and this replica stages as much for it (exempt). A
  * bandwidth-mode source reads the consumed counter once half its ring is
- * in flight, one read per 8 segments here; with 8 segments of 32, one per
- * 4 and 5% less throughput). A kv.oum segment is one fetch-and-add at the
- * sequencer, which the client waits for, and one write per replica: a
- * pipelined client's burst of 64 small requests fills one (fkc_proto.h,
+ * in flight. A kv.oum segment is one fetch-and-add at the sequencer,
+ * which the client waits for, and one write per replica: a pipelined
+ * client's burst of 64 small requests fills one (fkc_proto.h,
  * FKC_OUM_TUPLE), and loading YCSB's default record (5 fragments) a
  * segment holds 12 records: with segments of 32 fragments, the load of
  * 300,000 records took 15% more CPU in the cluster (the client's system
  * time 5.6 s against 3.2 s, each replica 10% more). */
-#define SRV_NET_SEGS      32
-#define SRV_NET_PEER_SEG  (8 * FKC_PEER_TUPLE)
-#define SRV_NET_REQ_SEG   (8 * FKC_REQ_TUPLE)
-#define SRV_NET_REPLY_SEG (8 * FKC_REPLY_TUPLE)
-#define SRV_NET_OUM_SEGS  16
-#define SRV_NET_OUM_SEG   (64 * FKC_OUM_TUPLE)
+#define SRV_NET_SEGS       32
+#define SRV_NET_REQ_SEGS   FKC_REQ_SEGS_MAX
+#define SRV_NET_REPLY_SEGS FKC_REPLY_SEGS_MAX
+#define SRV_NET_OUM_SEGS   FKC_OUM_SEGS_MAX
+#define SRV_NET_PEER_SEG   (8 * FKC_PEER_TUPLE)
+#define SRV_NET_REQ_SEG    (FKC_REQ_SEG_TUPLES * FKC_REQ_TUPLE)
+#define SRV_NET_REPLY_SEG  (8 * FKC_REPLY_TUPLE)
+#define SRV_NET_OUM_SEG    (FKC_OUM_SEG_TUPLES * FKC_OUM_TUPLE)
 
 /* The target index of replica `member` on replica `home`'s kv.bcast.<home>:
  * the targets are the other replicas in id order. */
@@ -501,7 +506,7 @@ static int declare_own(struct srv_net *net)
         rc = flow_declare(net->node, name, &sc, 0, &self, 1, &o);
     flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH); /* flushed per burst, as kv.oum */
     o.segment_bytes = SRV_NET_REQ_SEG;
-    o.segments = SRV_NET_SEGS;
+    o.segments = SRV_NET_REQ_SEGS;
     o.max_sources = FKC_CLIENTS_MAX;
     if (rc == 0)
         rc = flow_msg_schema(&sc, FKC_REQ_TUPLE);
@@ -511,7 +516,7 @@ static int declare_own(struct srv_net *net)
     /* Replies: bandwidth mode too, one segment per client per batch. */
     flow_opts_default(&o, FLOW_SHUFFLE, FLOW_BANDWIDTH);
     o.segment_bytes = SRV_NET_REPLY_SEG;
-    o.segments = SRV_NET_SEGS;
+    o.segments = SRV_NET_REPLY_SEGS;
     o.max_sources = 1;
     o.max_targets = FKC_REPLY_MAX;
     /* Its staging per client is bounded by max_targets; a client is
