@@ -301,6 +301,14 @@ int flow_push_to(flow_source *s, int target, const void *tuple, size_t size);
  * source. Owner thread. */
 int flow_flush(flow_source *s);
 
+/* Releases what joined targets that are gone (left, or their node closed
+ * the connection) hold at this source: connections and segment stages (a
+ * client that came and went leaves nothing behind at a service's reply
+ * flow). Pushes to joined targets do it too; call it now and then when
+ * there may be none (a server's tick). At most every 100 ms, cheap
+ * otherwise. Owner thread. */
+void flow_source_sweep(flow_source *s);
+
 /* The targets this source is attached to now: bit k for target index k.
  * A replicate push reaches exactly these (it attaches again to the others
  * later, between segments): a caller that must reach every target sends

@@ -79,6 +79,9 @@
 /* A joining target that finds the flow full probes each joined member this
  * long before reclaiming its index. */
 #define FLOW__PROBE_NS (200ULL * 1000000ULL)
+/* How often a source pushing to joined targets looks for members that
+ * left (flow_push_to): their stages are freed within this. */
+#define FLOW__SWEEP_NS (100ULL * 1000000ULL)
 /* Attaching to a target that joined after the source opened (a client of
  * a service) is a connection, the token handshake and one call: several
  * round trips, which a push timeout of a few milliseconds (a replica's
@@ -116,6 +119,12 @@ struct flow__desc {
     struct flow_opts opts;
     struct flow_schema schema;
     char targets[FLOW_TARGETS_MAX][FAB_ADDR_MAX]; /* "" = departed */
+    /* Joins at each index so far (mod 256): a joined member is its address
+     * and this. One node may leave an index and join it again (a client
+     * growing its reply rings); a source whose connection to the old
+     * member fails must not report the new one dead (LEAVE_TARGET names
+     * both), nor keep the old connection for it. */
+    uint8_t joins[FLOW_TARGETS_MAX];
 };
 _Static_assert(sizeof(struct flow__desc) + 64 <= FAB_MSG_MAX, "a declaration fits one message");
 
@@ -147,6 +156,14 @@ struct flow__msg_hdr {
     uint32_t type;
     uint32_t arg;
     char name[FLOW_NAME_MAX];
+};
+
+/* LEAVE_TARGET: the member that leaves (or that a source found dead); the
+ * home frees the index only if it still names that member. */
+struct flow__leave_req {
+    struct flow__msg_hdr h; /* arg: target index */
+    char addr[FAB_ADDR_MAX];
+    uint32_t joins; /* flow__desc.joins of the member */
 };
 
 struct flow__attach_req {
@@ -258,6 +275,7 @@ struct flow__starget {
 
 struct flow_source {
     flow_node *node;
+    uint64_t swept_at; /* joined members that left: last looked for (ns) */
     struct flow__desc desc;
     struct flow__geom geom;
     int index;          /* declared index, or FLOW_ANY for a joined source */

@@ -377,22 +377,27 @@ static int on_membership(flow_node *n, const struct flow__msg_hdr *h, const void
             rc = FK_EFULL;
         if (rc == 0) {
             memcpy(d->targets[idx], addr, FAB_ADDR_MAX);
+            d->joins[idx]++;
             if (idx == d->ntargets)
                 d->ntargets++;
             d->version++;
         }
     } else if (rc == 0) {
-        /* A leave may name the address it expects at the index (a source
-         * reporting a dead joined target): a newer member there stays. */
-        if (h->arg >= d->ntargets || (len != sizeof(*h) && len != sizeof(*h) + FAB_ADDR_MAX))
+        /* A leave names the member it means (a source reporting a dead
+         * joined target, or the member itself): a newer member at the
+         * index, even of the same node, stays. */
+        struct flow__leave_req lr;
+        if (len != sizeof(lr) || h->arg >= d->ntargets || h->arg < d->ntargets_declared) {
             rc = FK_EINVAL;
-        else if (len == sizeof(*h) + FAB_ADDR_MAX &&
-                 (h->arg < d->ntargets_declared ||
-                  strncmp(d->targets[h->arg], (const char *)req + sizeof(*h), FAB_ADDR_MAX) != 0))
-            rc = FK_ENOTFOUND;
-        else {
-            d->targets[h->arg][0] = '\0';
-            d->version++;
+        } else {
+            memcpy(&lr, req, sizeof(lr));
+            if (strncmp(d->targets[h->arg], lr.addr, FAB_ADDR_MAX) != 0 ||
+                d->joins[h->arg] != (uint8_t)lr.joins) {
+                rc = FK_ENOTFOUND;
+            } else {
+                d->targets[h->arg][0] = '\0';
+                d->version++;
+            }
         }
     }
     if (rc == 0)

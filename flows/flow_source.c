@@ -41,6 +41,8 @@ static const char *target_addr(const flow_source *s, int k)
  * to it again (replicate_reattach): a replica that recovers must hear the
  * leader's accepts (Multi-Paxos) or the ordered multicast (NOPaxos
  * section 4) again, not only from sources opened after it came back. */
+static void drop_member(flow_source *s, int k);
+
 static void target_gone(flow_source *s, int k)
 {
     struct flow__starget *st = &s->t[k];
@@ -55,14 +57,20 @@ static void target_gone(flow_source *s, int k)
         }
         return;
     }
-    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
-    struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)k};
-    snprintf(h.name, sizeof(h.name), "%s", s->desc.name);
-    memcpy(req, &h, sizeof(h));
-    memcpy(req + sizeof(h), s->desc.targets[k], FAB_ADDR_MAX);
+    /* The member this source attached to: its address and joins (a state
+     * 1 target's entry in s->desc is the one it attached to:
+     * ensure_target drops the others). */
+    struct flow__leave_req req;
+    memset(&req, 0, sizeof(req));
+    req.h.type = FLOW__MSG_LEAVE_TARGET;
+    req.h.arg = (uint32_t)k;
+    snprintf(req.h.name, sizeof(req.h.name), "%s", s->desc.name);
+    memcpy(req.addr, s->desc.targets[k], FAB_ADDR_MAX);
+    req.joins = s->desc.joins[k];
     struct flow__desc d;
-    if (flow__call(s->node, s->desc.home, req, sizeof(req), &d, sizeof(d)) == (int)sizeof(d))
+    if (flow__call(s->node, s->desc.home, &req, sizeof(req), &d, sizeof(d)) == (int)sizeof(d))
         flow__store_desc(s->node, &d);
+    drop_member(s, k);
 }
 
 /* Handles completions of target k without blocking. */
@@ -454,6 +462,32 @@ static void detach_one(flow_source *s, int k)
     st->state = 2;
 }
 
+/* A joined member that left or died: its connection and its stages go
+ * (a client that came and went leaves nothing behind at the replica; an
+ * attach to the next member at the index allocates them anew). The
+ * connection is closed first: no posted write reads the stages after. */
+static void drop_member(flow_source *s, int k)
+{
+    struct flow__starget *st = &s->t[k];
+    detach_one(s, k);
+    if (st->stages == NULL)
+        return;
+    uint64_t had = ((uint64_t)st->stage_nseg * s->geom.seg_stride + 63) / 64 * 64;
+    fab_mr_dereg(st->stage_mr);
+    free(st->stages);
+    st->stages = NULL;
+    st->stage_mr = NULL;
+    st->stage_nseg = 0;
+    flow__mem_charge(s->node, -(int64_t)had, s->desc.opts.exempt);
+    s->mem_bytes -= had;
+}
+
+/* Whether index i names the same member in a and b (address and joins). */
+static int same_member(const struct flow__desc *a, const struct flow__desc *b, uint32_t i)
+{
+    return strcmp(a->targets[i], b->targets[i]) == 0 && a->joins[i] == b->joins[i];
+}
+
 /* Makes target k usable: attaches to a target that joined after this source
  * opened (asking the home node for the newest declaration). */
 static int ensure_target(flow_source *s, int k)
@@ -470,27 +504,29 @@ static int ensure_target(flow_source *s, int k)
         return FK_ECLOSED;
     if ((uint32_t)k >= d.ntargets)
         return FK_EINVAL;
-    if (d.targets[k][0] == '\0' ||
-        (s->t[k].state == 2 && strcmp(d.targets[k], s->desc.targets[k]) == 0 &&
-         d.version == s->desc.version && d.epoch == s->desc.epoch))
+    if (d.targets[k][0] == '\0' || (s->t[k].state == 2 && same_member(&d, &s->desc, (uint32_t)k) &&
+                                    d.version == s->desc.version && d.epoch == s->desc.epoch))
         return FK_ECLOSED;
-    /* Other indices may have new members too: what this source holds
-     * there belonged to the old ones. Drop it quietly (no LEAVE: that
-     * would name the new member's address and evict it) and attach again
-     * when pushed to. */
+    /* Other indices may have new members too (the same node joined
+     * again counts as new): what this source holds there belonged to the
+     * old ones. Drop it quietly (a LEAVE for the old member would be
+     * refused anyway) and attach again when pushed to. */
     for (uint32_t j = s->desc.ntargets_declared; j < d.ntargets && j < FLOW_TARGETS_MAX; j++) {
-        if ((int)j == k || strcmp(d.targets[j], s->desc.targets[j]) == 0)
+        if ((int)j == k || same_member(&d, &s->desc, j))
             continue;
-        detach_one(s, (int)j);
+        drop_member(s, (int)j);
         s->t[j].state = 0;
         s->t[j].fails = 0;
     }
-    if (strcmp(d.targets[k], s->desc.targets[k]) != 0)
+    if (!same_member(&d, &s->desc, (uint32_t)k)) {
+        drop_member(s, k);
         s->t[k].fails = 0; /* a new member: no backoff from the old one */
+    }
     s->desc.ntargets = d.ntargets;
     s->desc.version = d.version;
     s->desc.epoch = d.epoch;
     memcpy(s->desc.targets, d.targets, sizeof(d.targets));
+    memcpy(s->desc.joins, d.joins, sizeof(d.joins));
     detach_one(s, k);
     uint64_t budget = s->timeout_ns > FLOW__JOIN_ATTACH_NS ? s->timeout_ns : FLOW__JOIN_ATTACH_NS;
     if (attach_one(s, k, now + budget) == 0) {
@@ -682,6 +718,46 @@ int flow_push(flow_source *s, const void *tuple, size_t size)
     return push_one(s, k, tuple);
 }
 
+/* Drops what this source holds for joined members that are gone: ones
+ * that left (a client that grew its reply rings left its old index, and
+ * nothing pushes there until another member joins it) and ones whose node
+ * closed the connection (a client killed while idle: no push fails to
+ * tell). Departures come from the node's own copy of the declaration,
+ * which at the flow's home (a replica's reply flow) is the one joins and
+ * leaves change (a copy no newer than the source's says nothing); a closed
+ * connection from polling it (fab_poll: FK_EUNREACHABLE), which reports
+ * the member (target_gone). At most every FLOW__SWEEP_NS. */
+static void sweep_departed(flow_source *s, uint64_t now)
+{
+    if (now - s->swept_at < FLOW__SWEEP_NS)
+        return;
+    s->swept_at = now;
+    struct flow__desc d;
+    int newer = flow__describe(s->node, s->desc.name, NULL, &d) == 0 && d.epoch == s->desc.epoch &&
+                d.version > s->desc.version;
+    for (uint32_t j = s->desc.ntargets_declared; j < s->desc.ntargets && j < FLOW_TARGETS_MAX;
+         j++) {
+        struct flow__starget *st = &s->t[j];
+        if (st->stages == NULL && st->conn == NULL)
+            continue;
+        if (newer && (j >= d.ntargets || !same_member(&d, &s->desc, j))) {
+            drop_member(s, (int)j);
+            st->state = 0;
+            st->fails = 0;
+        } else if (st->state == 1) {
+            st->held = 1; /* makes reap poll; a closed connection is reported */
+            reap(s, (int)j);
+        }
+    }
+}
+
+void flow_source_sweep(flow_source *s)
+{
+    if (s == NULL || !FLOW__OWNER_OK(s) || s->desc.opts.kind != FLOW_SHUFFLE)
+        return;
+    sweep_departed(s, fk_now_ns());
+}
+
 int flow_push_to(flow_source *s, int target, const void *tuple, size_t size)
 {
     int rc = check_push(s, tuple, size);
@@ -698,7 +774,10 @@ int flow_push_to(flow_source *s, int target, const void *tuple, size_t size)
          * and the source attaches to the index's new member. */
         struct flow__starget *st = &s->t[target];
         uint64_t now = fk_now_ns();
-        if (now - st->last_push > FK_NSEC_PER_MSEC) {
+        sweep_departed(s, now);
+        if (st->state != 1)
+            rc = ensure_target(s, target);
+        if (rc == 0 && now - st->last_push > FK_NSEC_PER_MSEC) {
             st->held = 1; /* makes reap poll */
             if (reap(s, target) < 0)
                 rc = ensure_target(s, target);

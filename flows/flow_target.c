@@ -111,9 +111,10 @@ int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach
         int rc = ring_alloc(t, &t->slots[slot], nseg);
         if (rc < 0) {
             fk_warn("flows",
-                    "flow %s target %d: source from %s refused: flow memory %llu of %llu bytes",
+                    "flow %s target %d: source from %s refused: limited flow memory %llu of "
+                    "%llu bytes",
                     t->desc.name, t->index, req->source_node,
-                    (unsigned long long)flow_node_memory(t->node),
+                    (unsigned long long)flow_node_memory_limited(t->node),
                     (unsigned long long)flow_node_mem_limit(t->node));
             slot = rc;
         }
@@ -477,21 +478,19 @@ static int ask_join(flow_node *n, const char *name, const char *home, struct flo
 }
 
 /* Gives index back to the home (best effort, bounded): a join that failed
- * after the home assigned it must not hold the slot. With addr, only if
- * the index still names addr (a dead member reported by someone else). */
-static void give_back(flow_node *n, const struct flow__desc *d, int index, const char *addr)
+ * after the home assigned it must not hold the slot. The member is named
+ * (its address and joins in d): the home keeps a newer member there. */
+static void give_back(flow_node *n, const struct flow__desc *d, int index)
 {
-    uint8_t req[sizeof(struct flow__msg_hdr) + FAB_ADDR_MAX] = {0};
-    struct flow__msg_hdr h = {.type = FLOW__MSG_LEAVE_TARGET, .arg = (uint32_t)index};
-    snprintf(h.name, sizeof(h.name), "%s", d->name);
-    memcpy(req, &h, sizeof(h));
-    size_t len = sizeof(h);
-    if (addr != NULL) {
-        snprintf((char *)req + sizeof(h), FAB_ADDR_MAX, "%s", addr);
-        len = sizeof(req);
-    }
+    struct flow__leave_req req;
+    memset(&req, 0, sizeof(req));
+    req.h.type = FLOW__MSG_LEAVE_TARGET;
+    req.h.arg = (uint32_t)index;
+    snprintf(req.h.name, sizeof(req.h.name), "%s", d->name);
+    memcpy(req.addr, d->targets[index], FAB_ADDR_MAX);
+    req.joins = d->joins[index];
     struct flow__desc r;
-    if (flow__call_within(n, d->home, req, len, &r, sizeof(r), FLOW__LEAVE_TIMEOUT_NS) ==
+    if (flow__call_within(n, d->home, &req, sizeof(req), &r, sizeof(r), FLOW__LEAVE_TIMEOUT_NS) ==
         (int)sizeof(r))
         flow__store_desc(n, &r);
 }
@@ -507,7 +506,7 @@ static int reap_dead_members(flow_node *n, const struct flow__desc *d)
         if (addr[0] == '\0' || strcmp(addr, flow_node_addr(n)) == 0 ||
             flow_node_probe(n, addr, FLOW__PROBE_NS) == 0)
             continue;
-        give_back(n, d, (int)i, addr);
+        give_back(n, d, (int)i);
         freed++;
     }
     return freed;
@@ -548,7 +547,7 @@ int flow_target_join_ring(flow_node *n, const char *name, uint32_t segments, flo
     if (rc == 0)
         (*out)->joined = 1;
     else
-        give_back(n, &d, index, NULL);
+        give_back(n, &d, index);
     return rc;
 }
 
@@ -561,6 +560,6 @@ void flow_target_close(flow_target *t)
     t->closed = 1;
     pthread_mutex_unlock(&t->lock);
     if (t->joined) /* free the index at the home node so a later join can reuse it */
-        give_back(t->node, &t->desc, t->index, NULL);
+        give_back(t->node, &t->desc, t->index);
     target_destroy(t);
 }

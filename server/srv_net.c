@@ -708,6 +708,8 @@ static void adopt_peer(struct peer *p)
 void srv_net_tick(struct srv_net *net, uint64_t now)
 {
     (void)now;
+    if (net->reply_s != NULL) /* clients gone while no reply went to them */
+        flow_source_sweep(net->reply_s);
     for (uint32_t j = 0; j < net->n; j++)
         adopt_peer(&net->peers[j]);
     adopt_peer(&net->bcast);

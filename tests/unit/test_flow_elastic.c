@@ -274,6 +274,73 @@ TEST(elastic_targets_join_leave_index_reused)
     flow_node_destroy(n);
 }
 
+/* Waits (bounded) until a tuple pushed to index 1 of s reaches t, pushing
+ * one at a time: a push may go to the ring of the member that left, or
+ * fail while the source finds the new one. */
+static void reach_joined(flow_source *s, flow_target *t)
+{
+    uint64_t deadline = fk_now_ns() + 10 * FT_SEC;
+    for (uint64_t i = 1;; i++) {
+        CHECK(fk_now_ns() < deadline);
+        struct ft_tuple tp = {i, 0, i, ft_check(i, 0, i)};
+        int rc = flow_push_to(s, 1, &tp, sizeof(tp));
+        if (rc == 0)
+            rc = flow_flush(s);
+        if (rc == FK_ECLOSED || rc == FK_ETIMEDOUT) {
+            fk_sleep_ns(5 * FK_NSEC_PER_MSEC);
+            continue;
+        }
+        CHECK_OK(rc);
+        struct flow_item it;
+        rc = flow_consume(t, &it, 20 * FK_NSEC_PER_MSEC);
+        if (rc == FK_ETIMEDOUT)
+            continue;
+        CHECK_OK(rc);
+        const struct ft_tuple *in = it.tuple;
+        CHECK_EQ_U64(in->check, ft_check(in->key, 0, in->key));
+        return;
+    }
+}
+
+/* One node leaves an index and joins it again (a client growing its reply
+ * rings): the source that was attached to the old member finds its
+ * connection dead and reports it, and that report must not evict the new
+ * member, which has the same address (it did: the next join of that node
+ * got the index it still held, FK_EBUSY, "growing the request rings ...:
+ * resource busy" in CI). A member is its address and its join count. */
+TEST(elastic_same_node_rejoins_its_index)
+{
+    flow_node *n = ft_node(), *c = ft_node();
+    struct flow_schema sc;
+    ft_schema(&sc);
+    struct flow_opts o;
+    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    o.max_targets = 3;
+    const char *tg[1] = {flow_node_addr(n)};
+    CHECK_OK(flow_declare(n, "rj", &sc, 1, tg, 1, &o));
+    CHECK_OK(flow_node_add_peer(c, flow_node_addr(n)));
+    flow_target *t0, *t1, *t2, *t3;
+    CHECK_OK(flow_target_open(n, "rj", 0, &t0));
+    CHECK_OK(flow_target_join(c, "rj", &t1));
+    CHECK_EQ_I64(flow_target_index(t1), 1);
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "rj", 0, 2 * FT_SEC, &s));
+    reach_joined(s, t1);
+    flow_target_close(t1);
+    CHECK_OK(flow_target_join(c, "rj", &t2));
+    CHECK_EQ_I64(flow_target_index(t2), 1); /* the index it left */
+    reach_joined(s, t2);                    /* the old member's end reported on the way */
+    CHECK_OK(flow_target_join(c, "rj", &t3));
+    CHECK_EQ_I64(flow_target_index(t3), 2); /* index 1 is still t2's */
+    reach_joined(s, t2);
+    flow_target_close(t3);
+    flow_target_close(t2);
+    CHECK_OK(flow_source_close(s));
+    flow_target_close(t0);
+    flow_node_destroy(c);
+    flow_node_destroy(n);
+}
+
 /* Joins "tf" and reports its index; arg != NULL: then crashes (killed by
  * the parent, never leaving), else leaves and reports again. */
 static void full_joiner(struct ft_child *c, void *arg)
