@@ -150,6 +150,10 @@ struct flowkv {
     uint32_t pipeline, inflight;
     int deferred; /* the last pump returned completions before flushing (pump) */
     int sleeping; /* its thread waits on cv for the poller (wait_done) */
+    /* flowkv_poll_set: the handle whose thread sleeps for this one's
+     * completions too (NULL: this one's own). */
+    struct flowkv *wake_to;
+    uint32_t set_next; /* flowkv_poll_set: where its next collection begins */
     pthread_cond_t cv;
     struct flowkv *sprev, *snext; /* the channel's sleepers, while sleeping */
     struct slot *slots;
@@ -951,6 +955,8 @@ static struct slot *slot_of(struct chan *ch, uint64_t client_id, flowkv **owner)
 /* Wakes the thread of a handle asleep waiting for its completions. */
 static void wake(flowkv *kv)
 {
+    if (kv->wake_to != NULL)
+        kv = kv->wake_to;
     if (kv->sleeping)
         pthread_cond_signal(&kv->cv);
 }
@@ -1078,18 +1084,40 @@ static void timers(struct chan *ch, uint64_t now)
     }
 }
 
-static int collect(flowkv *kv, struct flowkv_done *done, int max)
+static int collect(flowkv *kv, uint32_t handle, struct flowkv_done *done, int max)
 {
     int n = 0;
     for (uint32_t i = 0; done != NULL && i < kv->pipeline && n < max; i++) {
         struct slot *s = &kv->slots[i];
         if (!s->busy || !s->done)
             continue;
-        done[n++] = (struct flowkv_done){
-            .tag = s->tag, .status = s->res.status, .len = s->res.len, .data = s->res.data};
+        done[n++] = (struct flowkv_done){.tag = s->tag,
+                                         .status = s->res.status,
+                                         .len = s->res.len,
+                                         .data = s->res.data,
+                                         .handle = handle};
         s->busy = 0;
         kv->inflight--;
     }
+    return n;
+}
+
+/* A set's completions (flowkv_poll_set), from the handle after the one
+ * the last call began with: a busy handle does not starve the others. */
+struct set {
+    flowkv *const *kvs;
+    uint32_t n, *next;
+};
+
+static int collect_set(const struct set *st, struct flowkv_done *done, int max)
+{
+    int n = 0;
+    uint32_t first = *st->next % st->n;
+    for (uint32_t k = 0; k < st->n && n < max; k++) {
+        uint32_t h = (first + k) % st->n;
+        n += collect(st->kvs[h], h, done == NULL ? NULL : done + n, max - n);
+    }
+    *st->next = first + 1;
     return n;
 }
 
@@ -1151,11 +1179,12 @@ static void sleep_until(struct chan *ch, flowkv *kv, uint64_t until)
  * flush does not wait, and deferring it there cost open-loop throughput:
  * 96k ops/s no longer sustained in 3 runs of 3.) With several handles,
  * the threads' submissions share segments instead (flush_unless_followed). */
-static int wait_done(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+static int wait_set(const struct set *st, struct flowkv_done *done, int max, uint64_t deadline)
 {
+    flowkv *kv = st->kvs[0]; /* sleeps for the set, and keeps its flush turn */
     struct chan *ch = kv->ch;
     for (int round = 0;; round++) {
-        int n = collect(kv, done, max);
+        int n = collect_set(st, done, max);
         uint64_t now = fk_now_ns();
         uint64_t slice = done != NULL ? RESEND_NS / 4 : FK_NSEC_PER_MSEC;
         uint64_t until = deadline < now + slice ? deadline : now + slice;
@@ -1182,7 +1211,7 @@ static int wait_done(flowkv *kv, struct flowkv_done *done, int max, uint64_t dea
                 timers(ch, now);
                 ch->timers_at = now + TIMERS_NS;
             }
-            n = collect(kv, done, max);
+            n = collect_set(st, done, max);
             if (n == 0 && more && now < until) {
                 if (ch->dirty) /* the poller sleeps on the network: nobody else would flush */
                     flush_requests(ch);
@@ -1205,6 +1234,13 @@ static int wait_done(flowkv *kv, struct flowkv_done *done, int max, uint64_t dea
     }
 }
 
+static int wait_done(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
+{
+    uint32_t next = 0;
+    struct set st = {.kvs = &kv, .n = 1, .next = &next};
+    return wait_set(&st, done, max, deadline);
+}
+
 static int pump(flowkv *kv, struct flowkv_done *done, int max, uint64_t deadline)
 {
     ch_lock_wanting(kv->ch);
@@ -1218,6 +1254,38 @@ int flowkv_poll(flowkv *kv, struct flowkv_done *done, int max, uint64_t timeout_
     if (kv == NULL || done == NULL || max < 1)
         return FK_EINVAL;
     return pump(kv, done, max, fk_now_ns() + timeout_ns);
+}
+
+/* One thread, many handles (an event loop serving many connections, or
+ * YCSB's flowkv.handles): the set's thread sleeps on the first handle's
+ * condition variable, and the others' completions wake it there
+ * (wake_to) for the length of the call. */
+int flowkv_poll_set(flowkv *const *kvs, uint32_t n, struct flowkv_done *done, int max,
+                    uint64_t timeout_ns)
+{
+    if (kvs == NULL || n == 0 || done == NULL || max < 1)
+        return FK_EINVAL;
+    for (uint32_t i = 0; i < n; i++)
+        if (kvs[i] == NULL || kvs[i]->ch != kvs[0]->ch)
+            return FK_EINVAL;
+    struct chan *ch = kvs[0]->ch;
+    uint64_t deadline = fk_now_ns() + timeout_ns;
+    ch_lock_wanting(ch);
+    for (uint32_t i = 1; i < n; i++) {
+        if (kvs[i]->wake_to != NULL || kvs[i] == kvs[0]) { /* in another set, or twice */
+            for (uint32_t j = 1; j < i; j++)
+                kvs[j]->wake_to = NULL;
+            ch_unlock(ch);
+            return FK_EINVAL;
+        }
+        kvs[i]->wake_to = kvs[0];
+    }
+    struct set st = {.kvs = kvs, .n = n, .next = &kvs[0]->set_next};
+    int got = wait_set(&st, done, max, deadline);
+    for (uint32_t i = 1; i < n; i++)
+        kvs[i]->wake_to = NULL;
+    ch_unlock(ch);
+    return got;
 }
 
 /* ---- synchronous calls ------------------------------------------------------------------ */

@@ -178,11 +178,22 @@ struct flowkv_done {
                          /* (an error's data, when len > 0, is its detail as text) */
     uint32_t len;        /* GET: value bytes; SCAN: pair bytes */
     const uint8_t *data; /* valid until the next flowkv_poll on this handle */
+    uint32_t handle;     /* flowkv_poll_set: its handle's index in kvs (else 0) */
 };
 
 /* Waits up to timeout_ns for completions and stores up to max of them.
  * Returns their number (0 on timeout). */
 int flowkv_poll(flowkv *kv, struct flowkv_done *done, int max, uint64_t timeout_ns);
+
+/* As flowkv_poll, for the n handles in kvs at once: one thread serves many
+ * handles, each with its own requests in flight (an event loop, or
+ * flowkv-ycsb's flowkv.handles), and sleeps until any of them completes.
+ * The handles must share a channel (opened on one cluster file in this
+ * process, without own_channel) and be in no other set being polled.
+ * done[i].handle says which. Returns their number (0 on timeout), or
+ * FK_EINVAL. */
+int flowkv_poll_set(flowkv *const *kvs, uint32_t n, struct flowkv_done *done, int max,
+                    uint64_t timeout_ns);
 
 /* Operations submitted and not yet returned by flowkv_poll. */
 uint32_t flowkv_inflight(const flowkv *kv);

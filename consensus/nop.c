@@ -1282,7 +1282,34 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     if (maybe_compact(r) && nop__is_leader(r))
         nop__drain(r);
     sync_eager(r);
-    return end_of_step(r);
+    int dbg_rc = end_of_step(r);
+    if (getenv("NOPDBG")) {
+        static char dbg_prev[8][1024];
+        char d[1024];
+        nop_describe(r, d, sizeof d);
+        uint64_t h63 = 0;
+        if (r->log_len >= 63 && r->snap < 63)
+            h63 = nop__entry_hash(nop__ent(r, 63)) & 0xffff;
+        char line[1200];
+        snprintf(line, sizeof line, "%s h63=%04llx", d, (unsigned long long)h63);
+        int typ = in->kind == CONS_IN_MSG ? m.type : -1;
+        if (strcmp(line, dbg_prev[r->cfg.id]) ||
+            (typ >= 4 && typ != 9 && typ != 16 && typ != 18 && typ != 17)) {
+            fprintf(stderr,
+                    "DBG t=%.3f r%u in=%d from=%d term=%u.%u u1=%llu u2=%llu u3=%llu lo=%llu n=%u "
+                    "| %s\n",
+                    now / 1e6, r->cfg.id, typ, in->kind == CONS_IN_MSG ? (int)m.from : -1,
+                    in->kind == CONS_IN_MSG ? (unsigned)(m.term >> 32) : 0,
+                    in->kind == CONS_IN_MSG ? (unsigned)m.term : 0,
+                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u1 : 0ULL,
+                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u2 : 0ULL,
+                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u3 : 0ULL,
+                    in->kind == CONS_IN_MSG ? (unsigned long long)m.lo : 0ULL,
+                    in->kind == CONS_IN_MSG ? m.nents : 0, line);
+            strcpy(dbg_prev[r->cfg.id], line);
+        }
+    }
+    return dbg_rc;
 }
 
 static int skip_row(void *arg, const struct cons_session *s)

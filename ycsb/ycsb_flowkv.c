@@ -2,8 +2,12 @@
  * ycsb_flowkv.c: the flowkv binding on libflowkv's asynchronous API; see
  * ycsb_flowkv.h for the mapping, memory and results.
  *
- * A context is one libflowkv handle and D slots (D = flowkv.pipeline, also
- * the handle's pipeline depth). submit takes a free slot and hands one
+ * A context is H libflowkv handles (H = flowkv.handles, default 1) and D
+ * slots (D = flowkv.pipeline); slot i goes to handle i % H, whose pipeline
+ * depth is D / H rounded up. H > 1 serves many handles from one thread, as
+ * an event-driven application would (flowkv_poll_set): 1,024 handles with
+ * one request in flight each need not be 1,024 threads. submit takes a
+ * free slot and hands one
  * flowkv operation tagged with the slot's index to flowkv_submit; poll
  * takes libflowkv's completions and turns each into the runner's
  * completion, or into the slot's next flowkv operation (a partial UPDATE is
@@ -53,7 +57,9 @@ struct slot {
 };
 
 struct ctx {
-    flowkv *kv;
+    flowkv *kv;   /* kvs[0] */
+    flowkv **kvs; /* nkv handles */
+    int32_t nkv;
     struct ycsb_conf conf;
     int32_t update_tries;
     size_t rec_cap; /* the largest record of this workload */
@@ -130,7 +136,9 @@ static int check_nopaxos(struct ctx *c, char *err, size_t errlen)
 
 static void ctx_free(struct ctx *c)
 {
-    flowkv_close(c->kv);
+    for (int32_t i = 0; c->kvs != NULL && i < c->nkv; i++)
+        flowkv_close(c->kvs[i]);
+    free(c->kvs);
     free(c->slots);
     free(c->free_list);
     free(c->fdone);
@@ -159,28 +167,45 @@ static int fkv_open(void **out, const struct ycsb_props *props, int32_t tid, cha
     struct ctx *c = calloc(1, sizeof *c);
     if (c == NULL)
         return -ENOMEM;
-    long timeout_ms = 0, tries = 0;
+    long timeout_ms = 0, tries = 0, handles = 1;
     int rc = ycsb_conf_parse(&c->conf, props, err, errlen);
     if (rc == 0)
         rc = prop_long(props, "flowkv.timeout_ms", 5000, 1, 3600000, &timeout_ms, err, errlen);
     if (rc == 0)
         rc = prop_long(props, "flowkv.update_tries", 10, 1, 1000, &tries, err, errlen);
     if (rc == 0)
+        rc = prop_long(props, "flowkv.handles", 1, 1, FLOWKV_HANDLES_MAX, &handles, err, errlen);
+    if (rc == 0 && handles > c->conf.pipeline) {
+        snprintf(err, errlen,
+                 "flowkv.handles: %ld handles a thread need flowkv.pipeline of at least %ld (one "
+                 "request in flight each), not %d",
+                 handles, handles, c->conf.pipeline);
+        rc = FK_EINVAL;
+    }
+    if (rc == 0)
         rc = check_limits(c, err, errlen);
+    if (rc == 0 && (c->kvs = calloc((size_t)handles, sizeof *c->kvs)) == NULL)
+        rc = -ENOMEM;
     if (rc == 0 && (rc = ctx_alloc(c)) < 0)
         snprintf(err, errlen, "flowkv: out of memory for %d slots", c->conf.pipeline);
     const char *path = ycsb_props_get(props, "flowkv.cluster");
     if (path == NULL || *path == '\0')
         path = DEFAULT_CLUSTER;
     if (rc == 0) {
+        uint32_t depth = (uint32_t)((c->conf.pipeline + handles - 1) / handles);
         struct flowkv_opts o = {.timeout_ns = (uint64_t)timeout_ms * FK_NSEC_PER_MSEC,
-                                .pipeline = (uint32_t)c->conf.pipeline};
+                                .pipeline = depth};
         char why[200] = "";
-        rc = flowkv_open(path, &o, &c->kv, why, sizeof why);
-        if (rc < 0)
-            snprintf(err, errlen, "flowkv: cannot open %s: %s", path,
-                     why[0] ? why : fk_strerror(rc));
-        else if (tid == 0)
+        for (; rc == 0 && c->nkv < handles; c->nkv++) {
+            rc = flowkv_open(path, &o, &c->kvs[c->nkv], why, sizeof why);
+            if (rc < 0) {
+                snprintf(err, errlen, "flowkv: cannot open %s (handle %d of this thread): %s", path,
+                         c->nkv + 1, why[0] ? why : fk_strerror(rc));
+                c->kvs[c->nkv] = NULL;
+            }
+        }
+        c->kv = c->kvs[0];
+        if (rc == 0 && tid == 0)
             rc = check_nopaxos(c, err, errlen);
     }
     if (rc < 0) {
@@ -259,7 +284,7 @@ static int send_op(struct ctx *c, struct slot *s, const uint8_t *rec, size_t len
         assert(0 && "stage");
         return FK_EINVAL;
     }
-    return flowkv_submit(c->kv, &op);
+    return flowkv_submit(c->kvs[(s - c->slots) % c->nkv], &op);
 }
 
 /* Starts the first operation of s at stage st; on failure the slot is free
@@ -437,7 +462,9 @@ static int fkv_poll(void *ctx, struct ycsb_done *done, int max, int64_t timeout_
     int want = max < c->nslots ? max : c->nslots;
     for (;;) {
         int64_t left = deadline - (int64_t)fk_now_ns();
-        int got = flowkv_poll(c->kv, c->fdone, want, left > 0 ? (uint64_t)left : 0);
+        uint64_t wait = left > 0 ? (uint64_t)left : 0;
+        int got = c->nkv == 1 ? flowkv_poll(c->kv, c->fdone, want, wait)
+                              : flowkv_poll_set(c->kvs, (uint32_t)c->nkv, c->fdone, want, wait);
         if (got < 0)
             return got;
         int n = 0;

@@ -192,6 +192,66 @@ static void check_async(const char *conf)
     flowkv_close(kv);
 }
 
+/* One thread, 16 handles of one slot each (flowkv_poll_set): each handle
+ * puts then gets its key; every completion names its handle. Sets that
+ * mix channels, repeat a handle or overlap another set are refused. */
+static void check_set(const char *conf)
+{
+    enum { H = 16 };
+    flowkv *kv[H] = {0}, *other = NULL;
+    char err[256], key[H][16];
+    struct flowkv_opts o = {.pipeline = 1};
+    int opened = 0, rc = 0;
+    for (; opened < H && rc == 0; opened++)
+        rc = flowkv_open(conf, &o, &kv[opened], err, sizeof(err));
+    EXPECT(rc == 0, "open 16 handles: %s", err);
+    struct flowkv_opts own = {.own_channel = 1};
+    EXPECT(flowkv_open(conf, &own, &other, err, sizeof(err)) == 0, "open on its own channel: %s",
+           err);
+    if (rc == 0 && other != NULL) {
+        struct flowkv_done d[H];
+        flowkv *mixed[2] = {kv[0], other}, *twice[2] = {kv[1], kv[1]};
+        EXPECT(flowkv_poll_set(mixed, 2, d, H, 0) == FK_EINVAL, "a set of two channels polled");
+        EXPECT(flowkv_poll_set(twice, 2, d, H, 0) == FK_EINVAL, "a set naming a handle twice");
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < H; i++) {
+                snprintf(key[i], sizeof key[i], "set-%d", i);
+                struct flowkv_op op = {.type = pass ? FLOWKV_GET : FLOWKV_PUT,
+                                       .key = key[i],
+                                       .klen = strlen(key[i]),
+                                       .val = key[i],
+                                       .vlen = strlen(key[i]),
+                                       .tag = (uint64_t)(100 + i)};
+                rc = flowkv_submit(kv[i], &op);
+                EXPECT(rc == 0, "submit on handle %d: %s", i, fk_strerror(rc));
+            }
+            int seen[H] = {0}, done = 0;
+            uint64_t deadline = fk_now_ns() + 20ULL * FK_NSEC_PER_SEC;
+            while (done < H && fk_now_ns() < deadline) {
+                int n = flowkv_poll_set(kv, H, d, H, 100 * FK_NSEC_PER_MSEC);
+                EXPECT(n >= 0, "poll_set: %s", fk_strerror(n));
+                for (int j = 0; j < n; j++) {
+                    uint32_t h = d[j].handle;
+                    EXPECT(h < H && d[j].tag == 100 + h && !seen[h],
+                           "completion of handle %u tagged %lu", h, (unsigned long)d[j].tag);
+                    EXPECT(d[j].status == 0, "handle %u: %s", h, fk_strerror(d[j].status));
+                    if (pass && h < H && d[j].status == 0)
+                        EXPECT(d[j].len == strlen(key[h]) &&
+                                   memcmp(d[j].data, key[h], d[j].len) == 0,
+                               "handle %u got another value", h);
+                    if (h < H)
+                        seen[h] = 1;
+                    done++;
+                }
+            }
+            EXPECT(done == H, "pass %d: %d of 16 handles completed", pass, done);
+        }
+    }
+    flowkv_close(other);
+    for (int i = 0; i < H; i++)
+        flowkv_close(kv[i]);
+}
+
 static int mode_api(const char *conf)
 {
     flowkv *kv;
@@ -214,6 +274,7 @@ static int mode_api(const char *conf)
     EXPECT(up == (int)flowkv_replicas(kv), "%d replicas answered status", up);
     flowkv_close(kv);
     check_async(conf);
+    check_set(conf);
     EXPECT(flowkv_open("/nonexistent.conf", NULL, &kv, err, sizeof(err)) < 0,
            "opening a missing file succeeded");
     return failures ? 1 : 0;

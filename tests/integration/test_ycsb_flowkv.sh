@@ -117,6 +117,11 @@ for proto in nopaxos multipaxos; do
     if conf=$(DURABILITY=async "$cluster" start "$tmp/$proto-async" "$proto" 3 2>"$tmp/$proto-async.start"); then
         phase "$proto-async-load-4x64" 6000 load -c "$conf" \
             -P "$root/ycsb/workloads/workloada" -p recordcount=6000 -threads 4 -p flowkv.pipeline=64
+        # 256 handles from two threads (flowkv.handles: a thread serves
+        # its handles with flowkv_poll_set), one request in flight each.
+        phase "$proto-async-run-b-256-handles" 4000 run -c "$conf" \
+            -P "$root/ycsb/workloads/workloadb" -p recordcount=6000 -p operationcount=4000 \
+            -p writeallfields=true -threads 2 -p flowkv.handles=128 -p flowkv.pipeline=128
         "$cluster" stop "$tmp/$proto-async" >/dev/null 2>&1
     else
         t_fail "$proto: async 3-replica cluster starts" "$(tail -n 3 "$tmp/$proto-async.start" | tr '\n' ' ')"

@@ -6,20 +6,26 @@
 # For each protocol (3 replicas, async durability) and for etcd (3
 # members, through its gRPC API, fsync as always), loads RECORDS records
 # of YCSB's default record (workloadb, 1,048 bytes; default 100,000), then
-# runs YCSB-B for SECONDS (default 10) at each handle count: one
-# flowkv-ycsb process with that many threads, each thread one handle
+# runs YCSB-B for SECONDS (default 10) at each handle count N, each handle
 # with one request in flight (the handles of a process share a channel:
-# client/flowkv.h). Before them, the peak of one handle with a deep
+# client/flowkv.h), driven two ways by one flowkv-ycsb process: "loop",
+# 4 threads (fewer for N < 4) each serving N/4 handles (flowkv.handles,
+# flowkv_poll_set: an event-driven application tier), and "threads", N
+# threads of one handle each (a thread-per-request tier; on a machine of
+# few cores its context switches, not the replicas, bound it). etcd runs
+# the same two ways (N/4 calls in flight on each thread's gRPC channel, or
+# N threads of one call). Before them, the peak of one handle with a deep
 # pipeline (1 thread, 128 in flight), the baseline the 1,024-handle
 # throughput is compared with. Prints, per system and count, ops/s, the
 # p95 of reads and a replica's resident memory (the largest of the three,
 # VmRSS: anonymous memory and the LMDB pages it touched) at the end of
 # the run, and ends with one line:
 #   clients: handles=1024 ops_ratio_peak=X rss_mib=Y etcd_ratio_min=Z
-# X: ops/s at 1,024 handles over the deep-pipeline peak (the lower of the
-# two protocols), Y: the largest replica RSS at 1,024 handles (MiB), Z:
-# the smallest flowkv/etcd ratio at any count and protocol; then the same
-# per protocol (mpx_..., nop_...).
+# X: ops/s at 1,024 handles (loop) over the deep-pipeline peak (the lower
+# of the two protocols), Y: the largest replica RSS at 1,024 handles
+# (MiB, either way), Z: the smallest flowkv/etcd ratio at any count, way
+# and protocol (each against etcd driven the same way); then the same per
+# protocol (mpx_..., nop_..., with the threads way's ratio at 1,024).
 # Every wait is bounded; every process started here is stopped by PID.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -93,13 +99,19 @@ rss_of() {
     done
     echo "$m"
 }
-# run DIR_OR_ENDPOINTS KEY THREADS PIPELINE [PIDS...]: YCSB-B for $secs s;
-# F[KEY.ops], F[KEY.p95], F[KEY.rss] (the largest RSS of PIDS as the run ends).
+# run DIR_OR_ENDPOINTS KEY THREADS PIPELINE HANDLES [PIDS...]: YCSB-B for
+# $secs s, THREADS threads of HANDLES handles (flowkv; etcd: one channel)
+# and PIPELINE requests in flight each; F[KEY.ops], F[KEY.p95], F[KEY.rss]
+# (the largest RSS of PIDS as the run ends).
 run() {
-    local tgt=$1 key=$2 t=$3 n=$4 y
-    shift 4
+    local tgt=$1 key=$2 t=$3 n=$4 hp=$5 y
+    shift 5
     local -a base
-    if [ -f "$tgt/cluster.conf" ]; then base=(-c "$tgt/cluster.conf"); else base=(-db etcd -p "etcd.endpoints=$tgt"); fi
+    if [ -f "$tgt/cluster.conf" ]; then
+        base=(-c "$tgt/cluster.conf" -p flowkv.handles="$hp")
+    else
+        base=(-db etcd -p "etcd.endpoints=$tgt")
+    fi
     timeout $((secs + 120)) "$YCSB" run "${base[@]}" -P "$WL" -p recordcount="$records" \
         -threads "$t" -p flowkv.pipeline="$n" -p operationcount=0 -p maxexecutiontime="$secs" \
         >"$out/$key.txt" 2>&1 &
@@ -121,8 +133,12 @@ for p in $protos; do
         -p flowkv.pipeline=64 >"$d/load.txt" 2>&1
     echo "clients: $p: loaded $records records at $(ops_of "$d/load.txt") ops/s"
     pids=("${PID[$d.0]}" "${PID[$d.1]}" "${PID[$d.2]}")
-    run "$d" "$p.peak" 1 128 "${pids[@]}"
-    for h in $handles; do run "$d" "$p.$h" "$h" 1 "${pids[@]}"; done
+    run "$d" "$p.peak" 1 128 1 "${pids[@]}"
+    for h in $handles; do
+        lt=$((h < 4 ? h : 4))
+        run "$d" "$p.loop.$h" "$lt" $((h / lt)) $((h / lt)) "${pids[@]}"
+        run "$d" "$p.threads.$h" "$h" 1 1 "${pids[@]}"
+    done
     stop_all "$d"
     rm -rf "$d"/data*
 done
@@ -133,20 +149,26 @@ timeout 1800 "$YCSB" load -db etcd -p "etcd.endpoints=$ep" -P "$WL" -p recordcou
     -threads 2 -p flowkv.pipeline=64 >"$ecd/load.txt" 2>&1
 echo "clients: etcd: loaded $records records at $(ops_of "$ecd/load.txt") ops/s"
 mapfile -t epids < <(awk '{ print $1 }' "$ecd/pids")
-for h in $handles; do run "$ep" "etcd.$h" "$h" 1 "${epids[@]}"; done
+for h in $handles; do
+    lt=$((h < 4 ? h : 4))
+    run "$ep" "etcd.loop.$h" "$lt" $((h / lt)) 1 "${epids[@]}"
+    run "$ep" "etcd.threads.$h" "$h" 1 1 "${epids[@]}"
+done
 "$here/etcd-cluster.sh" stop "$ecd" >/dev/null 2>&1
 rm -rf "$ecd"/m*/
 
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { printf "%.2f", b ? a / b : 0 }'; }
 min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b ? a : b) }'; }
-printf 'clients: %-10s %8s' system peak
+printf 'clients: %-18s %8s' "system (ops/s)" peak
 for h in $handles; do printf ' %8s' "$h"; done
 echo
 for s in $protos etcd; do
-    printf 'clients: %-10s %8s' "$s" "${F[$s.peak.ops]:--}"
-    for h in $handles; do printf ' %8s' "${F[$s.$h.ops]:-0}"; done
-    echo
+    for w in loop threads; do
+        printf 'clients: %-18s %8s' "$s $w" "${F[$s.peak.ops]:--}"
+        for h in $handles; do printf ' %8s' "${F[$s.$w.$h.ops]:-0}"; done
+        echo
+    done
 done
 last=${handles##* }
 line="clients: handles=$last"
@@ -155,12 +177,18 @@ ops_ratio=9999 rss=0 emin=9999
 for p in $protos; do
     k=${p:0:3}
     [ "$k" = mul ] && k=mpx
-    r=$(ratio "${F[$p.$last.ops]:-0}" "${F[$p.peak.ops]:-0}")
+    r=$(ratio "${F[$p.loop.$last.ops]:-0}" "${F[$p.peak.ops]:-0}")
+    rt=$(ratio "${F[$p.threads.$last.ops]:-0}" "${F[$p.peak.ops]:-0}")
     e=9999
-    for h in $handles; do e=$(min "$e" "$(ratio "${F[$p.$h.ops]:-0}" "${F[etcd.$h.ops]:-0}")"); done
-    per+=" ${k}_ops_ratio_peak=$r ${k}_rss_mib=${F[$p.$last.rss]:-0} ${k}_etcd_ratio_min=$e ${k}_peak_ops=${F[$p.peak.ops]:-0} ${k}_ops_${last}=${F[$p.$last.ops]:-0}"
+    for h in $handles; do
+        for w in loop threads; do
+            e=$(min "$e" "$(ratio "${F[$p.$w.$h.ops]:-0}" "${F[etcd.$w.$h.ops]:-0}")")
+        done
+    done
+    m=$(max "${F[$p.loop.$last.rss]:-0}" "${F[$p.threads.$last.rss]:-0}")
+    per+=" ${k}_ops_ratio_peak=$r ${k}_threads_ops_ratio_peak=$rt ${k}_rss_mib=$m ${k}_etcd_ratio_min=$e ${k}_peak_ops=${F[$p.peak.ops]:-0} ${k}_ops_${last}=${F[$p.loop.$last.ops]:-0}"
     ops_ratio=$(min "$ops_ratio" "$r")
-    rss=$(max "$rss" "${F[$p.$last.rss]:-0}")
+    rss=$(max "$rss" "$m")
     emin=$(min "$emin" "$e")
 done
 echo "$line ops_ratio_peak=$ops_ratio rss_mib=$rss etcd_ratio_min=$emin$per"
