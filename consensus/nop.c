@@ -225,7 +225,7 @@ void nop__restart_ring(struct nop *r, uint64_t index, int keep_tail, const struc
  * machine, and the ring restarts after index when index passed it. */
 static void took_state(struct nop *r, uint64_t index)
 {
-    uint64_t applied;
+    uint64_t applied, was = r->commit, len_was = r->log_len;
     if (cons_sm_load(&r->sm, &r->ctab, &applied) < 0 || applied != index) {
         r->poisoned = 1;
         return;
@@ -255,6 +255,24 @@ static void took_state(struct nop *r, uint64_t index)
     }
     for (uint64_t i = r->snap + 1; i <= r->executed; i++)
         *nop__sig(r, i) = nop__entry_hash(nop__ent(r, i));
+    if (nop__is_leader(r) && index > was && len_was > was) {
+        /* Synchronization commits a prefix of the leader's own log that
+         * f+1 replicas hold as it does (section 5.2.4), and within a view
+         * that log only grows. This state replaced slots (was, index] of
+         * this leader's log that it had not committed, with entries it
+         * never compared (committed elsewhere: in a newer view that
+         * superseded this one without its knowing, or passed on by a
+         * replica that took them from there), while its followers' synced
+         * prefixes still hold the entries it had: a SYNC carrying the new
+         * commit point would have them commit those. No message of this
+         * view can take those prefixes back (a reply to an earlier sync
+         * may still report them); a view change (5.2.3) gives the group
+         * one log again. */
+        assert(r->commit >= index && r->snap == index);
+        struct nop_view v = {r->view.leader_num + 1, r->view.session};
+        nop__start_view_change(r, v);
+        assert(!nop__is_leader(r));
+    }
     if (nop__is_leader(r))
         nop__execute_to(r, r->log_len, 1);
     else
@@ -1282,34 +1300,7 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     if (maybe_compact(r) && nop__is_leader(r))
         nop__drain(r);
     sync_eager(r);
-    int dbg_rc = end_of_step(r);
-    if (getenv("NOPDBG")) {
-        static char dbg_prev[8][1024];
-        char d[1024];
-        nop_describe(r, d, sizeof d);
-        uint64_t h63 = 0;
-        if (r->log_len >= 63 && r->snap < 63)
-            h63 = nop__entry_hash(nop__ent(r, 63)) & 0xffff;
-        char line[1200];
-        snprintf(line, sizeof line, "%s h63=%04llx", d, (unsigned long long)h63);
-        int typ = in->kind == CONS_IN_MSG ? m.type : -1;
-        if (strcmp(line, dbg_prev[r->cfg.id]) ||
-            (typ >= 4 && typ != 9 && typ != 16 && typ != 18 && typ != 17)) {
-            fprintf(stderr,
-                    "DBG t=%.3f r%u in=%d from=%d term=%u.%u u1=%llu u2=%llu u3=%llu lo=%llu n=%u "
-                    "| %s\n",
-                    now / 1e6, r->cfg.id, typ, in->kind == CONS_IN_MSG ? (int)m.from : -1,
-                    in->kind == CONS_IN_MSG ? (unsigned)(m.term >> 32) : 0,
-                    in->kind == CONS_IN_MSG ? (unsigned)m.term : 0,
-                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u1 : 0ULL,
-                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u2 : 0ULL,
-                    in->kind == CONS_IN_MSG ? (unsigned long long)m.u3 : 0ULL,
-                    in->kind == CONS_IN_MSG ? (unsigned long long)m.lo : 0ULL,
-                    in->kind == CONS_IN_MSG ? m.nents : 0, line);
-            strcpy(dbg_prev[r->cfg.id], line);
-        }
-    }
-    return dbg_rc;
+    return end_of_step(r);
 }
 
 static int skip_row(void *arg, const struct cons_session *s)

@@ -85,7 +85,11 @@
  *    carry the sender's log after its snap and its committed history's
  *    hashes: a receiver whose own log holds the slots up to the sender's
  *    snap confirms them by those hashes and executes them instead of
- *    fetching a state.
+ *    fetching a state. A leader whose state passes its commit point over
+ *    entries it logged starts a view change (section 5.2.3): the state
+ *    may hold other entries there (committed in a view that superseded
+ *    its own), and its followers, synced with the entries it had, would
+ *    commit those under its new commit point (nop.c, took_state).
  *
  * Persistence has two modes (nop_config.durable):
  *  - 0, the default: persistence is an optimisation, not a safety

@@ -90,9 +90,9 @@ static int prop_long(const struct ycsb_props *p, const char *name, long def, lon
     return 0;
 }
 
-/* The workload must fit flowkv's limits: a record in one value, the
- * pipeline in one handle. */
-static int check_limits(struct ctx *c, char *err, size_t errlen)
+/* The workload must fit flowkv's limits: a record in one value, a
+ * handle's share of the pipeline in its handle. */
+static int check_limits(struct ctx *c, long handles, char *err, size_t errlen)
 {
     const struct ycsb_conf *k = &c->conf;
     c->rec_cap =
@@ -104,9 +104,11 @@ static int check_limits(struct ctx *c, char *err, size_t errlen)
                  (long long)k->fieldcount, k->fieldlength, c->rec_cap, FLOWKV_VAL_MAX);
         return FK_ETOOBIG;
     }
-    if (k->pipeline > FLOWKV_PIPELINE_MAX) {
-        snprintf(err, errlen, "flowkv.pipeline: %d is more than libflowkv's %d", k->pipeline,
-                 FLOWKV_PIPELINE_MAX);
+    if ((k->pipeline + handles - 1) / handles > FLOWKV_PIPELINE_MAX) {
+        snprintf(err, errlen,
+                 "flowkv.pipeline: %d over %ld handle(s) is more than libflowkv's %d a handle "
+                 "(raise flowkv.handles)",
+                 k->pipeline, handles, FLOWKV_PIPELINE_MAX);
         return FK_EINVAL;
     }
     return 0;
@@ -183,7 +185,7 @@ static int fkv_open(void **out, const struct ycsb_props *props, int32_t tid, cha
         rc = FK_EINVAL;
     }
     if (rc == 0)
-        rc = check_limits(c, err, errlen);
+        rc = check_limits(c, handles, err, errlen);
     if (rc == 0 && (c->kvs = calloc((size_t)handles, sizeof *c->kvs)) == NULL)
         rc = -ENOMEM;
     if (rc == 0 && (rc = ctx_alloc(c)) < 0)

@@ -53,7 +53,12 @@ fi
 # is in the commit that fixed it and at the fixed code).
 #   mpx 66913: votes of a replica that lost its disk were counted with
 #              votes cast after its recovery (consensus/mpx_recover.c).
-regressions=("mpx 66913")
+#   nop 250594139250474: the leader of a superseded view took a state
+#              committed in the newer view past its commit point and sent
+#              that commit point to a follower synced with its old log,
+#              which committed its own, different entry (consensus/nop.c,
+#              took_state).
+regressions=("mpx 66913" "nop 250594139250474")
 for reg in "${regressions[@]}"; do
     # shellcheck disable=SC2086
     set -- $reg
