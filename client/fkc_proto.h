@@ -89,9 +89,9 @@
  * and the most segments a client process may ask for (client/flowkv.c
  * sizes its rings by its handles' pipelines). */
 #define FKC_REQ_SEG_TUPLES   8
-#define FKC_REQ_SEGS_MAX     256
+#define FKC_REQ_SEGS_MAX     1024
 #define FKC_OUM_SEG_TUPLES   64
-#define FKC_OUM_SEGS_MAX     64
+#define FKC_OUM_SEGS_MAX     128
 #define FKC_REPLY_SEG_TUPLES 8
 #define FKC_REPLY_SEGS_MAX   512 /* of 8 fragments: the replies a process waits for */
 
