@@ -217,15 +217,17 @@ static void target_joiner(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
-/* Declares name on n: one source, one target on n, room for one joined
- * target (latency mode); home gets n's address for the joiners. */
-static void declare_joinable(flow_node *n, const char *name, char home[FAB_ADDR_MAX])
+/* Declares name on n: one source, one target on n, room for joined
+ * targets up to max_targets in all (latency mode); home gets n's address
+ * for the joiners. */
+static void declare_joinable(flow_node *n, const char *name, uint32_t max_targets,
+                             char home[FAB_ADDR_MAX])
 {
     struct flow_schema sc;
     ft_schema(&sc);
     struct flow_opts o;
     flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
-    o.max_targets = 2;
+    o.max_targets = max_targets;
     const char *tg[1] = {flow_node_addr(n)};
     CHECK_OK(flow_declare(n, name, &sc, 1, tg, 1, &o));
     memset(home, 0, FAB_ADDR_MAX);
@@ -239,7 +241,7 @@ TEST(elastic_targets_join_leave_index_reused)
     ft_fork(&c[1], target_joiner, NULL);
     flow_node *n = ft_node();
     char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tj", home);
+    declare_joinable(n, "tj", 2, home);
     flow_target *t0;
     CHECK_OK(flow_target_open(n, "tj", 0, &t0));
     flow_source *s;
@@ -311,14 +313,9 @@ static void reach_joined(flow_source *s, flow_target *t)
 TEST(elastic_same_node_rejoins_its_index)
 {
     flow_node *n = ft_node(), *c = ft_node();
-    struct flow_schema sc;
-    ft_schema(&sc);
-    struct flow_opts o;
-    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
-    o.max_targets = 3;
-    const char *tg[1] = {flow_node_addr(n)};
-    CHECK_OK(flow_declare(n, "rj", &sc, 1, tg, 1, &o));
-    CHECK_OK(flow_node_add_peer(c, flow_node_addr(n)));
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "rj", 3, home);
+    CHECK_OK(flow_node_add_peer(c, home));
     flow_target *t0, *t1, *t2, *t3;
     CHECK_OK(flow_target_open(n, "rj", 0, &t0));
     CHECK_OK(flow_target_join(c, "rj", &t1));
@@ -371,7 +368,7 @@ TEST(elastic_source_opens_past_a_dead_joined_target)
     ft_fork(&c, full_joiner, (void *)1);
     flow_node *n = ft_node();
     char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tf", home);
+    declare_joinable(n, "tf", 2, home);
     int idx;
     ft_write(c.down[1], home, sizeof(home));
     CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
@@ -404,7 +401,7 @@ TEST(elastic_dead_joined_target_reclaimed_when_full)
     ft_fork(&c[1], full_joiner, NULL);
     flow_node *n = ft_node();
     char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tf", home);
+    declare_joinable(n, "tf", 2, home);
     int idx;
     ft_write(c[0].down[1], home, sizeof(home));
     CHECK_OK(ft_read(c[0].up[0], &idx, sizeof(idx)));

@@ -41,7 +41,9 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$root/tests/lib.sh"
+. "$here/replicas.sh"
 B=${BUILD:-$root/build}
+# shellcheck disable=SC2034 # used by replicas.sh
 SERVER=$B/bin/flowkv-server
 CLI=$B/bin/flowkv
 YCSB=$B/bin/flowkv-ycsb
@@ -71,31 +73,7 @@ cleanup() {
 trap cleanup EXIT
 export FLOWKV_LOG=info
 
-start() { # start DIR ID [flags]
-    local d=$1 i=$2
-    shift 2
-    "$SERVER" -c "$d/cluster.conf" -i "$i" -m off "$@" >>"$d/log$i" 2>&1 &
-    PID[$d.$i]=$!
-}
-stop() { # stop DIR ID SIGNAL (bounded 5 s, then KILL)
-    local p=${PID[$1.$2]:-}
-    [ -n "$p" ] || return 0
-    kill -"$3" "$p" 2>/dev/null
-    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-    wait "$p" 2>/dev/null
-    unset "PID[$1.$2]"
-}
 leader_of() { "$CLI" -c "$1/cluster.conf" -t 1000 status 2>/dev/null | awk '$2 == "leader" { print $1; exit }'; }
-serving() {
-    for _ in $(seq 60); do
-        "$CLI" -c "$1/cluster.conf" -t 1000 put probe x >/dev/null 2>&1 && return 0
-        sleep 0.5
-    done
-    echo "capacity: the cluster in $1 does not serve" >&2
-    return 1
-}
-ops_of() { awk -F', ' '$1=="[OVERALL]" && $2=="Throughput(ops/sec)" {printf "%.0f", $3}' "$1"; }
 # log_ns FILE TEXT: the time of the first log line with TEXT, in ns since the epoch.
 log_ns() {
     local t

@@ -31,8 +31,11 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 . "$root/tests/lib.sh"
+. "$here/replicas.sh"
 B=${BUILD:-$root/build}
+# shellcheck disable=SC2034 # used by replicas.sh
 SERVER=$B/bin/flowkv-server
+# shellcheck disable=SC2034 # used by replicas.sh
 CLI=$B/bin/flowkv
 YCSB=$B/bin/flowkv-ycsb
 WL=$root/ycsb/workloads/workloadb
@@ -62,34 +65,10 @@ cleanup() {
 trap cleanup EXIT
 export FLOWKV_LOG=warn
 
-start() { # start DIR ID [flags]
-    local d=$1 i=$2
-    shift 2
-    "$SERVER" -c "$d/cluster.conf" -i "$i" -m off "$@" >>"$d/log$i" 2>&1 &
-    PID[$d.$i]=$!
+stop_all() { # stop_all DIR: its replicas, TERM (bounded 5 s each), then KILL
+    local i
+    for i in 0 1 2; do stop "$1" "$i" TERM; done
 }
-stop_all() { # stop_all DIR: TERM, bounded 5 s, then KILL
-    local i p
-    for i in 0 1 2; do
-        p=${PID[$1.$i]:-}
-        [ -n "$p" ] || continue
-        kill -TERM "$p" 2>/dev/null
-        for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$p" 2>/dev/null
-        wait "$p" 2>/dev/null
-        unset "PID[$1.$i]"
-    done
-}
-serving() {
-    for _ in $(seq 60); do
-        "$CLI" -c "$1/cluster.conf" -t 1000 put probe x >/dev/null 2>&1 && return 0
-        sleep 0.5
-    done
-    echo "clients: the cluster in $1 does not serve" >&2
-    return 1
-}
-ops_of() { awk -F', ' '$1=="[OVERALL]" && $2=="Throughput(ops/sec)" {printf "%.0f", $3}' "$1"; }
-p95_of() { awk -F', ' '$1=="[READ]" && $2=="95thPercentileLatency(us)" {print $3}' "$1"; }
 # rss_of PID...: the largest VmRSS among them, MiB.
 rss_of() {
     local m=0 r p
