@@ -330,9 +330,18 @@ static int open_oum(struct chan *ch)
     return rc;
 }
 
+/* The fewest segments of a channel's ring. Each flush takes a segment
+ * however few fragments it carries, and a segment comes back with a credit
+ * (DFI section 5.3) that a lossy link delays by TCP's retransmission
+ * timeout (200 ms and more): with 4 segments a lost credit stalled the
+ * ring, and the replicas' 2 ms pushes dropped their replies (5% loss on
+ * every host, NOPaxos 8 s: 21-145 operations against 216-284 with 32). */
+#define CHAN_SEGS_MIN 32
+
 /* Ring segments for `slots` requests in flight of `frags` fragments each
  * (a larger one waits for room, it does not fail), per_seg to a segment,
- * twice over (a segment is reused once consumed), at least 4, at most max:
+ * twice over (a segment is reused once consumed), at least CHAN_SEGS_MIN,
+ * at most max:
  * rings grow with the channel's handles (DFI section 5.3 sizes a ring to
  * the bandwidth it must cover; a handle with one request in flight needs
  * a few hundred bytes of it), and a process with one handle costs each
@@ -340,7 +349,7 @@ static int open_oum(struct chan *ch)
 static uint32_t chan_segs(uint32_t slots, uint32_t frags, uint32_t per_seg, uint32_t max)
 {
     uint64_t n = 2 * (((uint64_t)slots * frags + per_seg - 1) / per_seg);
-    return n < 4 ? 4 : n > max ? max : (uint32_t)n;
+    return n < CHAN_SEGS_MIN ? CHAN_SEGS_MIN : n > max ? max : (uint32_t)n;
 }
 
 /* A ring of `have` segments that must hold `need`: doubled at least, so

@@ -167,7 +167,7 @@ for proto in multipaxos nopaxos; do
     # served.
     d=$WORK/$proto-limit
     fk_local_conf "$d/cluster.conf" "$proto" async "$(fk_base_port)"
-    [ "$proto" = nopaxos ] && lim=700KiB || lim=400KiB
+    [ "$proto" = nopaxos ] && lim=900KiB || lim=400KiB
     sed -i "s/^\[cluster\]$/[cluster]\nflow_memory = $lim/" "$d/cluster.conf"
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     wait_serving "$d" || t_fail "$proto: a cluster with flow_memory = $lim serves" "no put in 30 s"
