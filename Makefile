@@ -407,6 +407,17 @@ bench-flows: deps
 # trip, bandwidth mode at 64-byte tuples) against perftest's ib_write_lat
 # and ib_write_bw between the same two hosts, RUNS rounds (default 3), and
 # prints `rdma-bench: latency_ratio=... bandwidth_ratio=...` (medians).
+# tests/integration/test_rdma_cluster.sh (part of `make test`) runs the
+# service itself there (tests/rdma-vm/cluster.sh): 3-replica clusters of
+# both protocols with fabric = verbs, every CLI command, YCSB-B, kv_history
+# through a leader's SIGKILL and restart, and each replica's verbs
+# counters; `make test-rdma-cluster` runs only it.
+.PHONY: test-rdma-cluster
+test-rdma-cluster: deps
+	@$(MAKE) --no-print-directory all tests
+	@BUILD=$(BUILD) TEST_LOG_DIR=$(BUILD)/test-logs tests/run.sh -t $(TEST_TIMEOUT) \
+	    tests/integration/test_rdma_cluster.sh
+
 .PHONY: bench-rdma
 bench-rdma: deps
 	@$(MAKE) --no-print-directory $(FLOWS_BENCH)

@@ -53,17 +53,30 @@ struct fk_metric *fk_metrics_gauge(struct fk_metrics *r, const char *name, const
     return fk__add(r, name, labels, help, FK_METRIC_GAUGE);
 }
 
-struct fk_metric *fk_metrics_gauge_fn(struct fk_metrics *r, const char *name, const char *labels,
-                                      const char *help, fk_gauge_fn fn, void *arg)
+static struct fk_metric *fk__add_fn(struct fk_metrics *r, const char *name, const char *labels,
+                                    const char *help, enum fk_metric_kind kind, fk_gauge_fn fn,
+                                    void *arg)
 {
     if (fn == NULL)
         return NULL;
-    struct fk_metric *m = fk__add(r, name, labels, help, FK_METRIC_GAUGE);
+    struct fk_metric *m = fk__add(r, name, labels, help, kind);
     if (m) {
         m->fn = fn;
         m->fn_arg = arg;
     }
     return m;
+}
+
+struct fk_metric *fk_metrics_gauge_fn(struct fk_metrics *r, const char *name, const char *labels,
+                                      const char *help, fk_gauge_fn fn, void *arg)
+{
+    return fk__add_fn(r, name, labels, help, FK_METRIC_GAUGE, fn, arg);
+}
+
+struct fk_metric *fk_metrics_counter_fn(struct fk_metrics *r, const char *name, const char *labels,
+                                        const char *help, fk_gauge_fn fn, void *arg)
+{
+    return fk__add_fn(r, name, labels, help, FK_METRIC_COUNTER, fn, arg);
 }
 
 struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,

@@ -66,6 +66,10 @@ struct fk_metric *fk_metrics_gauge(struct fk_metrics *r, const char *name, const
                                    const char *help);
 struct fk_metric *fk_metrics_gauge_fn(struct fk_metrics *r, const char *name, const char *labels,
                                       const char *help, fk_gauge_fn fn, void *arg);
+/* A counter whose value fn reads at each render (a total kept elsewhere,
+ * e.g. the fabric's). */
+struct fk_metric *fk_metrics_counter_fn(struct fk_metrics *r, const char *name, const char *labels,
+                                        const char *help, fk_gauge_fn fn, void *arg);
 struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,
                                      const char *help, const struct fk_hist *h);
 

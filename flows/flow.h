@@ -127,6 +127,10 @@ const char *flow_node_addr(const flow_node *node);
 /* The fabric backend in use: "tcp" or "verbs". */
 const char *flow_node_backend(const flow_node *node);
 
+/* The fabric's work-request counters (fab_node_counters; all 0 on tcp).
+ * Any thread. */
+void flow_node_fab_counters(const flow_node *node, struct fab_counters *out);
+
 /* Adds a peer asked for flows this node does not know. Errors: FK_EINVAL,
  * FK_EFULL (FLOW_PEERS_MAX). Any thread. */
 int flow_node_add_peer(flow_node *node, const char *addr);

@@ -186,6 +186,11 @@ const char *flow_node_backend(const flow_node *n)
     return fab_node_backend(n->fab);
 }
 
+void flow_node_fab_counters(const flow_node *n, struct fab_counters *out)
+{
+    fab_node_counters(n->fab, out);
+}
+
 uint64_t flow_node_doorbell(flow_node *n)
 {
     return fab_node_doorbell(n->fab);

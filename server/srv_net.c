@@ -686,6 +686,11 @@ void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st)
     st->client_flow_bytes = flow_node_memory_limited(net->node);
 }
 
+void srv_net_fab_counters(const struct srv_net *net, struct fab_counters *out)
+{
+    flow_node_fab_counters(net->node, out);
+}
+
 /* ---- the event loop's side -------------------------------------------------------- */
 
 /* Takes over the source the connector opened for p, if any. */

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct fab_counters; /* fab.h */
+
 #define SRV_NET_PUSH_NS (2ULL * 1000000ULL) /* longest a push may block */
 /* Longest a source open towards a peer may take (the connector thread: the
  * event loop does not wait for it): several round trips, which must fit
@@ -130,5 +132,9 @@ struct srv_net_stats {
     uint64_t client_flow_bytes;                /* flow_node_memory_limited: clients' rings */
 };
 void srv_net_stats(const struct srv_net *net, struct srv_net_stats *st);
+
+/* The fabric's work-request counters (flow_node_fab_counters): what went
+ * through RDMA on the verbs fabric, all 0 on tcp. Any thread. */
+void srv_net_fab_counters(const struct srv_net *net, struct fab_counters *out);
 
 #endif /* SRV_NET_H */

@@ -2,6 +2,7 @@
 #include "srv_node.h"
 
 #include "cons_wire.h"
+#include "fab.h"
 #include "fk_error.h"
 #include "fk_hist.h"
 #include "fk_log.h"
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 #include <uv.h>
@@ -63,6 +65,10 @@ struct srv_node {
     struct fk_metric *m_sync[4], *m_stalls; /* NOPaxos leader (cons_core_status) */
     /* State transfers (cons_xfer.h): in and out, bytes and chunks. */
     struct fk_metric *m_xfer[4];
+    struct srv__fab_metric {
+        struct srv_node *n;
+        size_t off; /* of the field in struct fab_counters */
+    } fab_m[13];
     struct cons_xfer_stats xfer_seen; /* the last counters logged */
     uint64_t xfer_t0;                 /* when the transfer in progress started */
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
@@ -419,6 +425,18 @@ static uint64_t gauge_client_flow_bytes(void *arg)
     return st.client_flow_bytes;
 }
 
+/* One verbs counter (srv_net_fab_counters): the whole set is copied per
+ * sample, 13 small copies per scrape. */
+static uint64_t counter_fab(void *arg)
+{
+    const struct srv__fab_metric *f = arg;
+    struct fab_counters c;
+    srv_net_fab_counters(f->n->net, &c);
+    uint64_t v;
+    memcpy(&v, (const char *)&c + f->off, sizeof v);
+    return v;
+}
+
 static int metrics_page(void *arg, const char *path, char *body, size_t cap, const char **ctype)
 {
     struct srv_node *n = arg;
@@ -485,6 +503,33 @@ static void metrics_init(struct srv_node *n)
             r, "flowkv_peer_messages_total", peer_labels[i],
             "Protocol messages between replicas, by flow: the replicate flow (kv.bcast) or the "
             "shuffles (kv.peer)");
+    /* What went through RDMA (fab.h, struct fab_counters): the checks of
+     * the service on Soft-RoCE read them (tests/rdma-vm/cluster.sh). */
+    static const struct {
+        const char *label;
+        size_t off;
+    } fab[13] = {{"kind=\"write\"", offsetof(struct fab_counters, write)},
+                 {"kind=\"write_inline\"", offsetof(struct fab_counters, write_inline)},
+                 {"kind=\"read\"", offsetof(struct fab_counters, read)},
+                 {"kind=\"fetch_and_add\"", offsetof(struct fab_counters, faa)},
+                 {"kind=\"send\"", offsetof(struct fab_counters, send)},
+                 {"kind=\"recv\"", offsetof(struct fab_counters, recv)},
+                 {"kind=\"completion\"", offsetof(struct fab_counters, completion)},
+                 {"kind=\"completion_error\"", offsetof(struct fab_counters, error)},
+                 {"kind=\"ud_send\"", offsetof(struct fab_counters, dgram_send)},
+                 {"kind=\"ud_recv\"", offsetof(struct fab_counters, dgram_recv)},
+                 {"kind=\"mcast_send\"", offsetof(struct fab_counters, mcast_send)},
+                 {"kind=\"connect\"", offsetof(struct fab_counters, connect)},
+                 {"kind=\"connect_retry\"", offsetof(struct fab_counters, connect_retry)}};
+    _Static_assert(sizeof(fab) / sizeof(fab[0]) == sizeof(n->fab_m) / sizeof(n->fab_m[0]),
+                   "one metric per verbs counter");
+    for (int i = 0; i < 13; i++) {
+        n->fab_m[i] = (struct srv__fab_metric){.n = n, .off = fab[i].off};
+        fk_metrics_counter_fn(r, "flowkv_verbs_total", fab[i].label,
+                              "Verbs work requests posted, completions and connections, by "
+                              "kind (RDMA WRITE, READ, FETCH_AND_ADD, ...); 0 on the tcp fabric",
+                              counter_fab, &n->fab_m[i]);
+    }
 }
 
 static int open_core(struct srv_node *n, char *err, size_t errcap)

@@ -59,3 +59,22 @@ fk_local_conf() {
         done
     } >"$1"
 }
+
+# t_ycsb_all_ok NAME FILE OPS: one check: the flowkv-ycsb report in FILE
+# counts OPS operations, all Return=OK, with no -FAILED series and no other
+# return code. A read-modify-write (workload F) is reported three times,
+# as itself and as its READ and its UPDATE (YCSB's convention), so each
+# counts once here.
+t_ycsb_all_ok() {
+    local name=$1 f=$2 want=$3 ops okn other rmw
+    rmw=$(awk -F', ' '$1 == "[READ-MODIFY-WRITE]" && $2 == "Operations" { print $3 }' "$f")
+    want=$((want + 2 * ${rmw:-0}))
+    ops=$(awk -F', ' '$2 == "Operations" && $1 !~ /FAILED/ { s += $3 } END { print s + 0 }' "$f")
+    okn=$(awk -F', ' '$2 == "Return=OK" { s += $3 } END { print s + 0 }' "$f")
+    other=$(grep -E 'Return=|FAILED' "$f" | grep -v 'Return=OK' | head -n 3 | tr '\n' ' ')
+    if [ "$ops" -eq "$want" ] && [ "$okn" -eq "$want" ] && [ -z "$other" ]; then
+        t_ok "$name: $want operations, all OK"
+    else
+        t_fail "$name" "operations=$ops Return=OK=$okn (want $want) other: ${other:-none}"
+    fi
+}

@@ -42,27 +42,12 @@ t_ok "3-member etcd cluster starts"
 common=(-db etcd -P "$root/ycsb/workloads/workloadb" -p "etcd.endpoints=$ep"
     -p recordcount=1000 -p operationcount=2000 -p fieldcount=1 -p fieldlength=64)
 
-# all_ok NAME FILE OPS: the report counts OPS operations, all Return=OK, and
-# has no -FAILED series and no other return code.
-all_ok() {
-    local name=$1 f=$2 want=$3
-    local ops okn other
-    ops=$(awk -F', ' '$2 == "Operations" && $1 !~ /FAILED/ { s += $3 } END { print s + 0 }' "$f")
-    okn=$(awk -F', ' '$2 == "Return=OK" { s += $3 } END { print s + 0 }' "$f")
-    other=$(grep -E 'Return=|FAILED' "$f" | grep -v 'Return=OK' | head -n 3 | tr '\n' ' ')
-    if [ "$ops" -eq "$want" ] && [ "$okn" -eq "$want" ] && [ -z "$other" ]; then
-        t_ok "$name: $want operations, all OK"
-    else
-        t_fail "$name" "operations=$ops Return=OK=$okn (want $want) other: ${other:-none}"
-    fi
-}
-
 # phase NAME OPS ARGS...: runs flowkv-ycsb (bounded) and checks its report.
 phase() {
     local name=$1 want=$2
     shift 2
     if timeout --kill-after=5 120 "$ycsb" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"; then
-        all_ok "$name" "$tmp/$name.out" "$want"
+        t_ycsb_all_ok "$name" "$tmp/$name.out" "$want"
     else
         t_fail "$name" "exit $?: $(tail -n 2 "$tmp/$name.err" | tr '\n' ' ')"
     fi

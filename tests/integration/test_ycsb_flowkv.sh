@@ -35,30 +35,12 @@ for need in "$ycsb" "$cli" "$root/build/bin/flowkv-server"; do
     fi
 done
 
-# all_ok NAME FILE OPS: the report counts OPS operations, all Return=OK, and
-# has no -FAILED series and no other return code. A read-modify-write
-# (workload F) is reported three times, as itself and as its READ and its
-# UPDATE (YCSB's convention), so each counts once here.
-all_ok() {
-    local name=$1 f=$2 want=$3 ops okn other rmw
-    rmw=$(awk -F', ' '$1 == "[READ-MODIFY-WRITE]" && $2 == "Operations" { print $3 }' "$f")
-    want=$((want + 2 * ${rmw:-0}))
-    ops=$(awk -F', ' '$2 == "Operations" && $1 !~ /FAILED/ { s += $3 } END { print s + 0 }' "$f")
-    okn=$(awk -F', ' '$2 == "Return=OK" { s += $3 } END { print s + 0 }' "$f")
-    other=$(grep -E 'Return=|FAILED' "$f" | grep -v 'Return=OK' | head -n 3 | tr '\n' ' ')
-    if [ "$ops" -eq "$want" ] && [ "$okn" -eq "$want" ] && [ -z "$other" ]; then
-        t_ok "$name: $want operations, all OK"
-    else
-        t_fail "$name" "operations=$ops Return=OK=$okn (want $want) other: ${other:-none}"
-    fi
-}
-
 # phase NAME OPS ARGS...: one bounded flowkv-ycsb run, then its report.
 phase() {
     local name=$1 want=$2
     shift 2
     if timeout --kill-after=5 60 "$ycsb" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err"; then
-        all_ok "$name" "$tmp/$name.out" "$want"
+        t_ycsb_all_ok "$name" "$tmp/$name.out" "$want"
     else
         t_fail "$name" "exit $?: $(tail -n 2 "$tmp/$name.err" | tr '\n' ' ')"
     fi

@@ -26,16 +26,9 @@
 #      (FLOWKV_FAB_COUNTERS); the totals are printed and the run fails if
 #      no RDMA WRITE, READ or FETCH_AND_ADD was posted.
 #
-# Guest tweaks, made here and nowhere else:
-#   - The veth MTU is raised to 9000 so rxe's active MTU is 4096 and a UD
-#     datagram can carry FAB_DGRAM_MAX bytes (with 1500 it is 1024).
-#   - Rules at preference 5 send traffic from a host's address to itself
-#     through the local table. guest.sh's preference-10 rules send every
-#     lookup with oif vethA across the wire, which for a destination that
-#     is the device's own address lands on the other rxe device and is
-#     dropped; with these rules rdma_cm resolves the own MAC and rxe loops
-#     the packets back (rxe_net.c, the loopback mask). Cross-host traffic
-#     is untouched (step 2 checks it still crosses the wire).
+# Guest tweaks: rdma_guest_setup (guest-lib.sh): MTU 9000 and the
+#   same-host rules; step 2 checks cross-host traffic still crosses the
+#   wire.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
@@ -43,12 +36,8 @@ build=${1:?usage: verbs_suite.sh BUILD_DIR}
 [ "${RDMA_VM:-0}" = 1 ] || { echo "verbs_suite.sh: runs only inside the VM" >&2; exit 2; }
 per_prog=${VERBS_PROG_SECS:-150}
 
-setup() {
-    ip link set "$RDMA_IF_A" mtu 9000 && ip link set "$RDMA_IF_B" mtu 9000 &&
-        ip rule add pref 5 from "$RDMA_IP_A" to "$RDMA_IP_A" lookup local &&
-        ip rule add pref 5 from "$RDMA_IP_B" to "$RDMA_IP_B" lookup local
-}
-if setup; then
+. "$here/guest-lib.sh"
+if rdma_guest_setup; then
     t_ok "guest setup for verbs (MTU 9000, same-host rules)"
 else
     t_fail "guest setup for verbs" "ip link/rule failed"

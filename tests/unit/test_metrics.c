@@ -24,6 +24,10 @@ TEST(metrics_render_every_kind)
     uint64_t mem = 42;
     CHECK(fk_metrics_gauge_fn(&reg, "flowkv_flow_bytes", NULL, "Registered bytes.", forty_two,
                               &mem) != NULL);
+    uint64_t writes = 7;
+    CHECK(fk_metrics_counter_fn(&reg, "flowkv_verbs_total", "kind=\"write\"", "Work requests.",
+                                forty_two, &writes) != NULL);
+    CHECK(fk_metrics_counter_fn(&reg, "flowkv_verbs_total", NULL, "x", NULL, NULL) == NULL);
     CHECK(fk_metrics_summary(&reg, "flowkv_latency_seconds", "op=\"get\"", "Latency.", &hist));
     CHECK(get && put && commit);
     fk_metric_add(get, 3);
@@ -38,6 +42,7 @@ TEST(metrics_render_every_kind)
         "flowkv_requests_total{op=\"get\"} 3\nflowkv_requests_total{op=\"put\"} 1\n",
         "# TYPE flowkv_commit_index gauge\nflowkv_commit_index 17\n",
         "flowkv_flow_bytes 42\n",
+        "# TYPE flowkv_verbs_total counter\nflowkv_verbs_total{kind=\"write\"} 7\n",
         "# TYPE flowkv_latency_seconds summary\n",
         "flowkv_latency_seconds{op=\"get\",quantile=\"0.5\"} 0.0000500", /* within 1% */
         "flowkv_latency_seconds{op=\"get\",quantile=\"0.99\"} 0.000099",
