@@ -43,8 +43,13 @@ t_done() {
 # FILE, every replica a sequencer candidate, the protocol's default quota
 # unless QUOTA (e.g. 1MiB) is given. BASEPORT from fk_base_port stays below the
 # kernel's ephemeral range, where a client socket could take a replica's port.
+# FK_TEST_FABRIC (default tcp) and FK_TEST_HOSTS (three addresses, default
+# 127.0.0.1 three times) place the same cluster elsewhere: the Soft-RoCE
+# guest runs tests this way on verbs (tests/rdma-vm/cluster.sh).
 fk_base_port() { echo $((20000 + RANDOM % 12000)); }
 fk_local_conf() {
+    local hosts
+    read -r -a hosts <<<"${FK_TEST_HOSTS:-127.0.0.1 127.0.0.1 127.0.0.1}"
     mkdir -p "$(dirname "$1")"
     {
         echo "[cluster]"
@@ -54,8 +59,8 @@ fk_local_conf() {
         echo "sequencers = 2, 1, 0"
         if [ -n "${5:-}" ]; then echo "quota = $5"; fi
         for i in 0 1 2; do
-            printf '[node %d]\naddress = 127.0.0.1:%d\nfabric = tcp\ndata_dir = data%d\n' \
-                "$i" $(($4 + i)) "$i"
+            printf '[node %d]\naddress = %s:%d\nfabric = %s\ndata_dir = data%d\n' \
+                "$i" "${hosts[$i]}" $(($4 + i)) "${FK_TEST_FABRIC:-tcp}" "$i"
         done
     } >"$1"
 }

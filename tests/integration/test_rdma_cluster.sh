@@ -53,5 +53,5 @@ host_checks() {
     rm -rf "$w"
 }
 host_checks
-rdma_vm_checks "verbs cluster" "${RDMA_CLUSTER_SECS:-420}" "$repo/tests/rdma-vm/cluster.sh" "$build"
+rdma_vm_checks "verbs cluster" "${RDMA_CLUSTER_SECS:-660}" "$repo/tests/rdma-vm/cluster.sh" "$build"
 t_done

@@ -21,6 +21,9 @@
 # clients' FETCH_AND_ADDs on the sequencer's counter (the counters every
 # client process's verbs node appends to FLOWKV_FAB_COUNTERS at exit).
 #
+# Then test_clients.sh's 1,024 handles, 200 of them killed by SIGKILL, on
+# the same layout (clients_at_scale).
+#
 #   cluster.sh BUILD_DIR
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,19 +53,9 @@ if rdma_guest_setup; then t_ok "guest setup for verbs (MTU 9000, same-host rules
     t_fail "guest setup for verbs" "ip link/rule failed"
 fi
 
-# verbs_conf FILE PROTO BASEPORT: the layout above.
-verbs_conf() {
-    mkdir -p "$(dirname "$1")"
-    local hosts=("$RDMA_IP_A" "$RDMA_IP_B" "$RDMA_IP_A")
-    {
-        printf '[cluster]\nprotocol = %s\ndurability = async\n' "$2"
-        printf 'token = verbs-test-token-0123456789\nsequencers = 2, 1, 0\n'
-        for i in 0 1 2; do
-            printf '[node %d]\naddress = %s:%d\nfabric = verbs\ndata_dir = data%d\n' \
-                "$i" "${hosts[$i]}" $(($3 + i)) "$i"
-        done
-    } >"$1"
-}
+# The layout above, for fk_local_conf (tests/lib.sh) here and in
+# test_clients.sh.
+export FK_TEST_FABRIC=verbs FK_TEST_HOSTS="$RDMA_IP_A $RDMA_IP_B $RDMA_IP_A"
 
 # all_on_verbs DIR: `flowkv status` lists three replicas, each on verbs.
 all_on_verbs() {
@@ -133,7 +126,7 @@ counters() {
 
 run_protocol() {
     local proto=$1 d=$WORK/$1
-    verbs_conf "$d/cluster.conf" "$proto" "$2"
+    fk_local_conf "$d/cluster.conf" "$proto" async "$2"
     rm -f "$FLOWKV_FAB_COUNTERS"
     # Replica 2 is told `--fabric auto`: in the VM auto must pick verbs.
     start "$d" 0 --new-cluster
@@ -157,6 +150,30 @@ run_protocol() {
         t_fail "$proto: SIGTERM" "a replica exited non-zero: $(tail -n 2 "$d"/log* | tr '\n' ' ')"
 }
 
+# clients_at_scale: tests/integration/test_clients.sh's 1,024 handles
+# from four processes and the 200 killed mid-request, both protocols, on
+# this layout (its refusal part runs on tcp only: FK_CLIENTS_REFUSAL);
+# each of its checks is one here. Paced for emulation: each of the 824
+# serving threads does a put and a get a second, 20 s a timeout.
+clients_at_scale() {
+    local line n=0 rc
+    FK_CLIENTS_REFUSAL=0 KV_CLIENTS_PAUSE_MS=1000 KV_CLIENTS_TIMEOUT_MS=20000 \
+        timeout --kill-after=5 300 bash "$ROOT/tests/integration/test_clients.sh" >"$WORK/clients.out" 2>&1
+    rc=$?
+    while IFS= read -r line; do
+        if [[ $line =~ ^ok\ [0-9]+\ -\ (.*)$ ]]; then
+            t_ok "verbs: ${BASH_REMATCH[1]}"
+            n=$((n + 1))
+        elif [[ $line =~ ^not\ ok\ [0-9]+\ -\ (.*)$ ]]; then
+            t_fail "verbs: ${BASH_REMATCH[1]%%: *}" "${BASH_REMATCH[1]#*: }"
+            n=$((n + 1))
+        fi
+    done <"$WORK/clients.out"
+    [ "$n" -gt 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] ||
+        t_fail "verbs: test_clients.sh finished" "exit $rc after $n checks: $(tail -n 3 "$WORK/clients.out" | tr '\n' ' ')"
+}
+
 run_protocol multipaxos 21000
 run_protocol nopaxos 21100
+clients_at_scale
 t_done
