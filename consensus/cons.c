@@ -595,6 +595,45 @@ int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len)
     return rc;
 }
 
+int cons_sm_pairs(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len)
+{
+    size_t all;
+    int rc = cons_sm_save(sm, buf, cap, &all);
+    *len = 0;
+    for (size_t p = 0; rc == 0 && p < all;) {
+        size_t n = 0;
+        switch (buf[p]) {
+        case CONS_SNAP_HEAD:
+            n = 1 + 16;
+            break;
+        case CONS_SNAP_SESSION:
+            n = 1 + 28;
+            break;
+        case CONS_SNAP_PAIR:
+            if (all - p >= 7) {
+                size_t kl = (size_t)buf[p + 1] | (size_t)buf[p + 2] << 8;
+                const uint8_t *v = buf + p + 3 + kl;
+                if (all - p - 7 >= kl)
+                    n = 7 + kl +
+                        ((size_t)v[0] | (size_t)v[1] << 8 | (size_t)v[2] << 16 |
+                         (size_t)v[3] << 24);
+            }
+            break;
+        case CONS_SNAP_END:
+            n = all - p;
+            break;
+        }
+        if (n == 0 || n > all - p)
+            return FK_EMALFORMED;
+        if (buf[p] == CONS_SNAP_PAIR) {
+            memmove(buf + *len, buf + p, n);
+            *len += n;
+        }
+        p += n;
+    }
+    return rc;
+}
+
 int cons_sm_empty(struct cons_sm *sm)
 {
     static const uint8_t empty_state[34] = {CONS_SNAP_HEAD, [17] = CONS_SNAP_END};

@@ -312,11 +312,6 @@ struct cons_sm_ops {
     int (*stash_put)(void *impl, uint64_t key, const uint8_t *buf, size_t len);
     int (*stash_drop)(void *impl, uint64_t lo, uint64_t hi);
     int (*stash_load)(void *impl, cons_stash_fn fn, void *arg);
-
-    /* TRANSITIONAL (removed once both cores use the stream): the whole
-     * pairs as one buffer, u32 count then u16 klen, key, u16 vlen, value. */
-    int (*snapshot)(void *impl, uint8_t *buf, size_t cap, size_t *len);
-    int (*install)(void *impl, const uint8_t *buf, size_t len);
 };
 
 struct cons_sm {
@@ -541,6 +536,11 @@ int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied);
 #define CONS_SM_SAVE_SLOT (CONS_SNAP_OPEN_MAX - 1)
 int cons_sm_save(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
 int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len);
+/* The pairs of the machine's state alone: the PAIR records of its stream
+ * (cons_sm_save into buf, then only those kept, at its start), so that
+ * tests compare what two machines store whatever their marks and rows.
+ * Errors as cons_sm_save; FK_EMALFORMED for a stream it cannot walk. */
+int cons_sm_pairs(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
 /* Empties the machine (pairs, rows, mark 0) through an install of the
  * empty stream, so that its byte count stays right. 0 or a storage error. */
 int cons_sm_empty(struct cons_sm *sm);

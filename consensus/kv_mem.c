@@ -231,63 +231,6 @@ static int kv_apply(void *impl, const struct cons_op *op, struct cons_reply *rep
     }
 }
 
-static int kv_snapshot(void *impl, uint8_t *buf, size_t cap, size_t *len)
-{
-    const struct kv_mem *kv = impl;
-    struct cons_wbuf w;
-    cons_wbuf_init(&w, buf, cap);
-    cons_w_u32(&w, kv->live.n);
-    for (uint32_t i = 0; i < kv->live.n; i++) {
-        cons_w_u16(&w, kv->live.rows[i].klen);
-        cons_w_bytes(&w, kv->live.rows[i].key, kv->live.rows[i].klen);
-        cons_w_u32(&w, kv->live.rows[i].vlen);
-        cons_w_bytes(&w, kv->live.rows[i].val, kv->live.rows[i].vlen);
-    }
-    if (w.err)
-        return FK_ETOOBIG;
-    *len = w.len;
-    return 0;
-}
-
-/* Validates the whole snapshot (count, bounds, strictly increasing keys)
- * before replacing anything, so a bad snapshot leaves the state intact. */
-static int kv_install(void *impl, const uint8_t *buf, size_t len)
-{
-    struct kv_mem *kv = impl;
-    struct cons_rbuf r;
-    cons_rbuf_init(&r, buf, len);
-    uint32_t n = cons_r_u32(&r);
-    const uint8_t *pk = NULL;
-    uint16_t pklen = 0;
-    for (uint32_t i = 0; i < n && !r.err; i++) {
-        uint16_t kl = cons_r_u16(&r);
-        const uint8_t *k = cons_r_bytes(&r, kl);
-        uint32_t vl = cons_r_u32(&r);
-        cons_r_bytes(&r, vl);
-        if (r.err || kl == 0 || kl > CONS_KEY_MAX || vl > KV_MEM_VAL_MAX ||
-            (pk && kv_key_cmp(pk, pklen, k, kl) >= 0))
-            return FK_EMALFORMED;
-        pk = k;
-        pklen = kl;
-    }
-    if (cons_r_done(&r) < 0)
-        return FK_EMALFORMED;
-    if (n > kv->cap)
-        return FK_EFULL;
-    cons_rbuf_init(&r, buf, len);
-    kv->version++;
-    kv->live.n = cons_r_u32(&r);
-    for (uint32_t i = 0; i < kv->live.n; i++) {
-        struct kv_row *row = &kv->live.rows[i];
-        row->klen = cons_r_u16(&r);
-        memcpy(row->key, cons_r_bytes(&r, row->klen), row->klen);
-        row->vlen = cons_r_u32(&r);
-        memcpy(row->val, cons_r_bytes(&r, row->vlen), row->vlen);
-    }
-    assert(r.err == 0);
-    return 0;
-}
-
 /* ---- the client table's rows and the mark -------------------------------- */
 
 /* Index of the first session with id >= client_id; *found when equal. */
@@ -718,8 +661,6 @@ static const struct cons_sm_ops kv_mem_ops = {
     .stash_put = kv_stash_put,
     .stash_drop = kv_stash_drop,
     .stash_load = kv_stash_load,
-    .snapshot = kv_snapshot,
-    .install = kv_install,
 };
 
 struct cons_sm kv_mem_sm(struct kv_mem *kv)

@@ -189,87 +189,6 @@ static int kv__apply(void *impl, const struct cons_op *op, struct cons_reply *re
     }
 }
 
-struct kv__snap_ctx {
-    struct cons_wbuf w;
-    uint32_t n;
-};
-
-static int kv__snap_visit(void *arg, const void *k, size_t kl, const void *v, size_t vl)
-{
-    struct kv__snap_ctx *c = arg;
-    cons_w_u16(&c->w, (uint16_t)kl);
-    cons_w_bytes(&c->w, k, kl);
-    cons_w_u32(&c->w, (uint32_t)vl);
-    cons_w_bytes(&c->w, v, vl);
-    c->n++;
-    return c->w.err ? FK_ETOOBIG : 0;
-}
-
-static int kv__snapshot(void *impl, uint8_t *buf, size_t cap, size_t *len)
-{
-    struct kv_sm *sm = impl;
-    struct kv__snap_ctx c = {.n = 0};
-    if (cap < 4)
-        return FK_ETOOBIG;
-    cons_wbuf_init(&c.w, buf + 4, cap - 4);
-    int rc = kv_data_scan(sm->store, NULL, 0, UINT32_MAX, kv__snap_visit, &c);
-    if (rc < 0)
-        return rc;
-    memcpy(buf, &c.n, 4); /* little-endian, like cons_w_u32 */
-    *len = 4 + c.w.len;
-    return 0;
-}
-
-/* Checks the whole snapshot before touching the state (as kv_mem does), and
- * sums its bytes. */
-static int kv__validate(const uint8_t *buf, size_t len, uint64_t *bytes)
-{
-    struct cons_rbuf r;
-    cons_rbuf_init(&r, buf, len);
-    uint32_t n = cons_r_u32(&r);
-    const uint8_t *pk = NULL;
-    uint16_t pklen = 0;
-    *bytes = 0;
-    for (uint32_t i = 0; i < n && !r.err; i++) {
-        uint16_t kl = cons_r_u16(&r);
-        const uint8_t *k = cons_r_bytes(&r, kl);
-        uint32_t vl = cons_r_u32(&r);
-        cons_r_bytes(&r, vl);
-        if (r.err || kl == 0 || kl > CONS_KEY_MAX || vl > CONS_VAL_MAX)
-            return FK_EMALFORMED;
-        if (pk && (memcmp(pk, k, pklen < kl ? pklen : kl) > 0 ||
-                   (memcmp(pk, k, pklen < kl ? pklen : kl) == 0 && pklen >= kl)))
-            return FK_EMALFORMED; /* keys must strictly increase */
-        pk = k;
-        pklen = kl;
-        *bytes += (uint64_t)kl + vl + KV_SM_PAIR_BYTES;
-    }
-    return cons_r_done(&r);
-}
-
-static int kv__install(void *impl, const uint8_t *buf, size_t len)
-{
-    struct kv_sm *sm = impl;
-    uint64_t bytes;
-    int rc = kv__validate(buf, len, &bytes);
-    if (rc < 0)
-        return rc;
-    rc = kv_data_clear(sm->store);
-    struct cons_rbuf r;
-    cons_rbuf_init(&r, buf, len);
-    uint32_t n = cons_r_u32(&r);
-    for (uint32_t i = 0; i < n && rc == 0; i++) {
-        uint16_t kl = cons_r_u16(&r);
-        const uint8_t *k = cons_r_bytes(&r, kl);
-        uint32_t vl = cons_r_u32(&r);
-        const uint8_t *v = cons_r_bytes(&r, vl);
-        rc = kv_data_put(sm->store, k, kl, v, vl);
-    }
-    if (rc == 0)
-        rc = kv__save_bytes(sm, bytes);
-    return rc;
-}
-
 /* ---- sessions and the mark ------------------------------------------------
  * Each is one LMDB put or delete in the caller's write transaction: they
  * run once per client operation and once per applied entry. */
@@ -806,8 +725,6 @@ static const struct cons_sm_ops kv__sm_ops = {
     .stash_put = kv__stash_put,
     .stash_drop = kv__stash_drop,
     .stash_load = kv__stash_load,
-    .snapshot = kv__snapshot,
-    .install = kv__install,
 };
 
 struct cons_sm kv_sm_cons(struct kv_sm *sm)

@@ -18,9 +18,7 @@
  * It answers exactly as the simulator's in-memory machine (consensus/kv.h):
  * the same operations, replies, scan order (memcmp, then length), the
  * same stream for the same state, byte for byte (cons.h, "The stream"),
- * and the same transitional snapshot layout (u32 count, then u16 klen,
- * key, u16 vlen, value in key order), so histories checked in simulation
- * mean the same thing here.
+ * so histories checked in simulation mean the same thing here.
  *
  * Sending (snap_open, snap_read, snap_close): a view is a kv_store view
  * (an LMDB read transaction in a preallocated slot) of the committed
@@ -96,7 +94,7 @@
 #include "kv_store.h"
 
 #define KV_SM_QUOTA_DEFAULT (256ULL << 20)
-#define KV_SM_PAIR_BYTES    6 /* the u16 key and u32 value lengths of a snapshot pair */
+#define KV_SM_PAIR_BYTES    6 /* the u16 key and u32 value lengths of a stream's PAIR */
 
 /* Sizes of the stream's fixed records (cons.h) and of a clients row. */
 #define KV_SM_HEAD_LEN             (1 + 8 + 8)

@@ -142,8 +142,8 @@ int kv_meta_put(struct kv_store *s, const char *name, const void *val, size_t le
 int kv_data_put(struct kv_store *s, const void *key, size_t klen, const void *val, size_t vlen);
 /* FK_ENOTFOUND when absent (the transaction stays open and usable). */
 int kv_data_del(struct kv_store *s, const void *key, size_t klen);
-/* Removes every key-value pair of the live set (the transitional
- * whole-buffer install; a stream install stages instead). */
+/* Removes every key-value pair of the live set (an install stages
+ * instead, kv_stage_*). */
 int kv_data_clear(struct kv_store *s);
 int kv_client_put(struct kv_store *s, uint64_t client_id, const void *rec, size_t len);
 /* FK_ENOTFOUND when absent (the transaction stays open and usable). */

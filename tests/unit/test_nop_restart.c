@@ -243,11 +243,11 @@ static uint64_t restart(struct group *g, uint32_t i, int with_disk)
 
 static void same_state(struct group *g, uint32_t a, uint32_t b)
 {
-    static uint8_t x[1 << 16], y[1 << 16];
+    static uint8_t x[(1 << 16) + CONS_SNAP_RECORD_MAX], y[(1 << 16) + CONS_SNAP_RECORD_MAX];
     size_t lx, ly;
     struct cons_sm sa = kv_mem_sm(g->kv[a]), sb = kv_mem_sm(g->kv[b]);
-    CHECK_OK(sa.ops->snapshot(sa.impl, x, sizeof x, &lx));
-    CHECK_OK(sb.ops->snapshot(sb.impl, y, sizeof y, &ly));
+    CHECK_OK(cons_sm_pairs(&sa, x, sizeof x, &lx));
+    CHECK_OK(cons_sm_pairs(&sb, y, sizeof y, &ly));
     CHECK(lx == ly && memcmp(x, y, lx) == 0);
 }
 
