@@ -619,6 +619,18 @@ static void kv__read_end(struct kv_store *s, MDB_txn *txn)
         mdb_txn_reset(s->rtxn);
 }
 
+/* Copies a value found by a get out to the caller's buffer: FK_ETOOBIG
+ * when it does not fit (*len says how large it is). */
+static int kv__copy_out(const MDB_val *v, void *buf, size_t cap, size_t *len)
+{
+    *len = v->mv_size;
+    if (v->mv_size > cap)
+        return FK_ETOOBIG;
+    if (v->mv_size > 0)
+        memcpy(buf, v->mv_data, v->mv_size);
+    return 0;
+}
+
 static int kv__get(struct kv_store *s, int db, MDB_val *k, void *buf, size_t cap, size_t *len)
 {
     MDB_txn *txn = NULL;
@@ -627,13 +639,8 @@ static int kv__get(struct kv_store *s, int db, MDB_val *k, void *buf, size_t cap
     if (rc < 0)
         return rc;
     rc = kv__err("get", mdb_get(txn, kv__dbi(s, db, kv__live(s, txn)), k, &v));
-    if (rc == 0) {
-        *len = v.mv_size;
-        if (v.mv_size > cap)
-            rc = FK_ETOOBIG;
-        else if (v.mv_size > 0)
-            memcpy(buf, v.mv_data, v.mv_size);
-    }
+    if (rc == 0)
+        rc = kv__copy_out(&v, buf, cap, len);
     kv__read_end(s, txn);
     return rc;
 }
@@ -666,14 +673,7 @@ static int kv__data_get_w(struct kv_store *s, MDB_val *k, void *buf, size_t cap,
     if (rc == 0 && (at.mv_size != k->mv_size || memcmp(at.mv_data, k->mv_data, k->mv_size) != 0))
         rc = MDB_NOTFOUND;
     rc = kv__err("get", rc);
-    if (rc == 0) {
-        *len = v.mv_size;
-        if (v.mv_size > cap)
-            rc = FK_ETOOBIG;
-        else if (v.mv_size > 0)
-            memcpy(buf, v.mv_data, v.mv_size);
-    }
-    return rc;
+    return rc == 0 ? kv__copy_out(&v, buf, cap, len) : rc;
 }
 
 int kv_data_get(struct kv_store *s, const void *key, size_t klen, void *buf, size_t cap,
