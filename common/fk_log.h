@@ -4,7 +4,10 @@
  * One line per call, written with a single write(2) so lines from several
  * threads or processes sharing stderr never interleave mid-line. Format:
  *   2026-11-22T03:21:45.123456Z W flows: message text
- * (UTC wall time, level letter, component, message).
+ * (UTC wall time, level letter, component, message). Under journald
+ * (JOURNAL_STREAM names the output: a systemd service's stderr) the time
+ * is journald's own and each line starts with its syslog priority instead,
+ * "<4>W flows: message text" (sd-daemon(3)), so `journalctl -p err` works.
  *
  * The threshold comes from fk_log_set_level() or, at first use, from the
  * FLOWKV_LOG environment variable (error|warn|info|debug|trace; default info).

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Logs through a pipe and returns what arrived (static buffer). */
@@ -51,6 +52,37 @@ TEST(log_line_format_and_threshold)
     CHECK_EQ_STR(capture(FK_LOG_DEBUG, "hidden"), "");
     fk_log_set_level(FK_LOG_TRACE);
     CHECK(strstr(capture(FK_LOG_TRACE, "shown"), " T test: shown\n") != NULL);
+}
+
+/* Under journald (JOURNAL_STREAM names the output stream) a line starts
+ * with its syslog priority and carries no timestamp; an output that is
+ * not the named stream keeps the plain format. */
+TEST(log_journald_priority_prefix)
+{
+    fk_log_set_level(FK_LOG_DEBUG);
+    static char buf[4096];
+    int p[2];
+    CHECK(pipe(p) == 0);
+    struct stat st;
+    CHECK(fstat(p[1], &st) == 0);
+    char js[64];
+    snprintf(js, sizeof js, "%lu:%lu", (unsigned long)st.st_dev, (unsigned long)st.st_ino);
+    setenv("JOURNAL_STREAM", js, 1);
+    fk_log_set_fd(p[1]);
+    fk_log(FK_LOG_ERROR, "disk", "%s", "fsync failed");
+    fk_log(FK_LOG_WARN, "net", "%s", "slow peer");
+    fk_log(FK_LOG_INFO, "node", "%s", "serving");
+    fk_log(FK_LOG_DEBUG, "flows", "%s", "detail");
+    close(p[1]);
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    close(p[0]);
+    buf[n > 0 ? n : 0] = '\0';
+    CHECK_EQ_STR(buf, "<3>E disk: fsync failed\n<4>W net: slow peer\n<6>I node: serving\n"
+                      "<7>D flows: detail\n");
+    /* Another stream (a redirect): the plain line with its timestamp. */
+    const char *out = capture(FK_LOG_WARN, "elsewhere");
+    CHECK_MSG(out[0] != '<' && out[26] == 'Z', "journald format on another stream: '%s'", out);
+    unsetenv("JOURNAL_STREAM");
 }
 
 TEST(log_long_line_is_truncated_with_marker)
