@@ -13,7 +13,8 @@
 # cluster: the old directory is moved to DIR.old-<time>). Replica logs go to
 # stdout prefixed with [rN] and to DIR/log/<id>.log. Ctrl-C (or SIGTERM)
 # stops every replica with SIGTERM (they drain and close LMDB), waits for
-# them, and exits.
+# them, and exits 0. A cluster that does not come up, or a replica that
+# exits on its own, stops the others and exits 1 with the reason.
 set -eu
 
 proto=nopaxos
@@ -84,7 +85,7 @@ fi
 mkdir -p "$dir/log"
 
 pids=()
-stop() {
+stop() { # stop STATUS: stops every replica, exits with STATUS
     trap '' INT TERM
     echo
     echo "run-local: stopping ${#pids[@]} replicas"
@@ -96,9 +97,9 @@ stop() {
         wait "$p" 2>/dev/null || true
     done
     echo "run-local: stopped; data kept in $dir/data (run again to restart from it)"
-    exit 0
+    exit "$1"
 }
-trap stop INT TERM
+trap 'stop 0' INT TERM
 
 for ((i = 0; i < replicas; i++)); do
     "$server" -c "$conf" -i "$i" ${new:+--new-cluster} \
@@ -110,6 +111,12 @@ done
 ready=""
 for _ in $(seq 60); do
     sleep 0.5
+    for i in "${!pids[@]}"; do
+        if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+            echo "run-local: replica $i exited at start: $(tail -n 1 "$dir/log/$i.log" 2>/dev/null)" >&2
+            stop 1
+        fi
+    done
     if "$cli" -c "$conf" -t 1000 status 2>/dev/null | awk 'NR > 1 && $2 == "unreachable" { bad = 1 } END { exit bad }'; then
         ready=1
         break
@@ -117,7 +124,7 @@ for _ in $(seq 60); do
 done
 if [ -z "$ready" ]; then
     echo "run-local: the cluster did not come up within 30 s (see $dir/log/)" >&2
-    stop
+    stop 1
 fi
 cat <<EOF
 
@@ -132,4 +139,10 @@ flowkv: a $replicas-replica $proto cluster is serving on 127.0.0.1:$base..$((bas
 
 EOF
 "$cli" -c "$conf" status || true
-wait
+# Serves until Ctrl-C (the trap exits 0); a replica that exits on its own
+# ends the run.
+set +e
+wait -n "${pids[@]}"
+rc=$?
+echo "run-local: a replica exited on its own (status $rc, see $dir/log/); stopping the others" >&2
+stop 1
