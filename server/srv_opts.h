@@ -26,12 +26,13 @@
 #ifndef SRV_OPTS_H
 #define SRV_OPTS_H
 
+#include "fk_version.h"
 #include "fk_conf.h"
 #include "fk_log.h"
 
 #include <stdio.h>
 
-#define SRV_VERSION "0.1.0"
+#define SRV_VERSION FK_VERSION
 
 struct srv_opts {
     struct fk_cluster_conf cluster; /* the file, with overrides applied */

@@ -405,6 +405,10 @@ static int flag_opt(const char *opt, struct ycsb_props *cmd, struct ycsb_cli *cl
         cli->help = true;
         return 0;
     }
+    if (strcmp(opt, "--version") == 0) {
+        cli->version = true;
+        return 0;
+    }
     return 1; /* not a flag */
 }
 
@@ -417,6 +421,15 @@ static int parse_args(int argc, char *const argv[], struct ycsb_props *files,
         if (i > 1 && (strcmp(a, "load") == 0 || strcmp(a, "run") == 0)) {
             seterr(err, errlen, "'%s' must come first", a);
             return FK_EINVAL;
+        }
+        /* YCSB's own `ycsb load DB ...`: a word after the verb names the
+         * binding, as -db does. */
+        if (i == 2 && a[0] != '-' &&
+            (strcmp(argv[1], "load") == 0 || strcmp(argv[1], "run") == 0)) {
+            int rc = ycsb_props_set(cmd, "db", a);
+            if (rc < 0)
+                return rc;
+            continue;
         }
         int rc = flag_opt(a, cmd, cli);
         if (rc <= 0) {
@@ -447,7 +460,7 @@ int ycsb_cli_parse(int argc, char *const argv[], struct ycsb_props *props, struc
 {
     struct ycsb_props *files = malloc(sizeof *files), *cmd = malloc(sizeof *cmd);
     int rc = -ENOMEM;
-    cli->dry_run = cli->help = false;
+    cli->dry_run = cli->help = cli->version = false;
     if (files != NULL && cmd != NULL) {
         ycsb_props_init(files);
         ycsb_props_init(cmd);

@@ -84,10 +84,11 @@ int ycsb_props_set_arg(struct ycsb_props *p, const char *arg, char *err, size_t 
 struct ycsb_cli {
     bool dry_run; /* --dry-run: print the operation stream, do not connect */
     bool help;    /* -h or --help */
+    bool version; /* --version */
 };
 
 /* Parses flowkv-ycsb's command line into props, following YCSB's Client:
- *   [load|run] then any of: -load, -t, -threads N, -target N, -s, -db NAME,
+ *   [load|run [DB]] then any of: -load, -t, -threads N, -target N, -s, -db NAME,
  *   -l LABEL, -P FILE (loaded in order), -p NAME=VALUE, --dry-run, -h.
  * "load" and -load set dotransactions=false, "run" and -t set it to true;
  * -threads, -target, -s, -db, -l set threadcount, target, status=true, db,

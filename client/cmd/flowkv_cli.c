@@ -1,12 +1,15 @@
 /* flowkv: the command-line client (libflowkv, client/flowkv.h). */
 #include "fk_error.h"
 #include "fk_log.h"
+#include "fk_version.h"
 #include "flowkv.h"
 
+#include <assert.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Exit statuses, distinct so scripts can tell outcomes apart. */
 enum {
@@ -20,21 +23,76 @@ enum {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: flowkv [-c CLUSTER.conf] [-t MS] COMMAND [ARGS]\n"
-                 "  get KEY               print the value\n"
-                 "  put KEY [VALUE|-]     set KEY (the value from stdin when absent or -)\n"
-                 "  del KEY               delete KEY\n"
-                 "  cas KEY EXPECTED NEW  set KEY to NEW if its value is EXPECTED\n"
-                 "  scan [START [COUNT [END]]]\n"
-                 "                        up to COUNT (default 16, at most 10000) pairs from\n"
-                 "                        START up to END (exclusive), in key order\n"
-                 "  status                each replica's role, term, commit point, lag, fabric\n"
-                 "options:\n"
-                 "  -c, --cluster PATH    cluster description (default $FLOWKV_CLUSTER or\n"
-                 "                        run/cluster.conf)\n"
-                 "  -t, --timeout MS      per operation, retries included (default 5000)\n"
-                 "exit status: 0 ok, 1 not found, 2 usage, 3 error, 4 unreachable or timed out,\n"
-                 "5 compare-and-swap mismatch\n");
+    fprintf(out,
+            "usage: flowkv [-c CLUSTER.conf] [-t MS] [-w text|json] COMMAND [ARGS]\n"
+            "  get KEY               print the value\n"
+            "  put KEY [VALUE|-]     set KEY (the value from stdin when absent or -)\n"
+            "  del KEY               delete KEY\n"
+            "  cas KEY EXPECTED NEW  set KEY to NEW if its value is EXPECTED\n"
+            "  scan [START [COUNT [END]]]\n"
+            "                        up to COUNT (default 16, at most 10000) pairs from\n"
+            "                        START up to END (exclusive), in key order\n"
+            "  status                each replica's role, term, commit point, lag, fabric;\n"
+            "                        exit 4 when a replica is unreachable or knows no leader\n"
+            "options:\n"
+            "  -c, --cluster PATH    cluster description (default: $FLOWKV_CLUSTER, else\n"
+            "                        ./run/cluster.conf, else /etc/flowkv/cluster.conf)\n"
+            "  -t, --timeout MS      per operation, retries included (default 5000)\n"
+            "  -w, --write-out FMT   text (default) or json: get, scan and status as JSON,\n"
+            "                        keys and values base64 as etcdctl writes them\n"
+            "  -V, --version         print the version\n"
+            "exit status: 0 ok, 1 not found, 2 usage, 3 error, 4 unreachable or timed out\n"
+            "(status: a replica unreachable or without a leader), 5 compare-and-swap mismatch\n");
+}
+
+/* The commands and their argument counts, checked before connecting. */
+static const struct command {
+    const char *name;
+    int min, max;
+    const char *args;
+} commands[] = {
+    {"get", 1, 1, "KEY"},
+    {"put", 1, 2, "KEY [VALUE|-]"},
+    {"del", 1, 1, "KEY"},
+    {"cas", 3, 3, "KEY EXPECTED NEW"},
+    {"scan", 0, 3, "[START [COUNT [END]]]"},
+    {"status", 0, 0, ""},
+};
+
+static int json; /* -w json */
+
+/* Writes len bytes as a JSON string of their base64 (RFC 4648). */
+static void json_b64(const uint8_t *p, size_t len)
+{
+    static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    putchar('"');
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < len)
+            v |= p[i + 2];
+        putchar(a[v >> 18 & 63]);
+        putchar(a[v >> 12 & 63]);
+        putchar(i + 1 < len ? a[v >> 6 & 63] : '=');
+        putchar(i + 2 < len ? a[v & 63] : '=');
+    }
+    putchar('"');
+}
+
+/* The cluster file: -c, else $FLOWKV_CLUSTER, else the first that exists
+ * of ./run/cluster.conf (make run's) and /etc/flowkv/cluster.conf (a
+ * deployed host's), else ./run/cluster.conf (its error names it). */
+static const char *cluster_path(const char *flag)
+{
+    const char *env = getenv("FLOWKV_CLUSTER");
+    if (flag != NULL)
+        return flag;
+    if (env != NULL && *env != '\0')
+        return env;
+    if (access("run/cluster.conf", F_OK) != 0 && access("/etc/flowkv/cluster.conf", F_OK) == 0)
+        return "/etc/flowkv/cluster.conf";
+    return "run/cluster.conf";
 }
 
 static int exit_for(int rc)
@@ -70,10 +128,13 @@ static int read_stdin(char *buf, size_t *len)
     return *len > FLOWKV_VAL_MAX ? FK_EVALSIZE : 0;
 }
 
+/* Healthy as etcdctl's endpoint health means it: every replica answers and
+ * knows a leader. */
 static int cmd_status(flowkv *kv, uint64_t timeout_ns)
 {
-    printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %-6s %s\n", "id", "role", "protocol",
-           "fabric", "term", "leader", "commit", "applied", "lag", "last");
+    if (!json)
+        printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %-6s %s\n", "id", "role", "protocol",
+               "fabric", "term", "leader", "commit", "applied", "lag", "last");
     uint64_t top = 0;
     struct flowkv_replica_status st[16];
     uint32_t n = flowkv_replicas(kv);
@@ -82,13 +143,34 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
         if (st[i].reachable && st[i].commit > top)
             top = st[i].commit;
     }
-    int up = 0;
+    int unhealthy = 0;
+    if (json)
+        printf("{\"replicas\":[");
     for (uint32_t i = 0; i < n && i < 16; i++) {
+        int no_leader = st[i].reachable && st[i].leader >= n;
+        if (!st[i].reachable || no_leader) {
+            fprintf(stderr, "flowkv: status: replica %u %s\n", i,
+                    no_leader ? "knows no leader" : "is unreachable");
+            unhealthy++;
+        }
+        if (json) {
+            printf("%s{\"id\":%u,\"reachable\":%s", i ? "," : "", i,
+                   st[i].reachable ? "true" : "false");
+            if (st[i].reachable)
+                printf(",\"role\":\"%s\",\"protocol\":\"%s\",\"fabric\":\"%s\",\"term\":%llu,"
+                       "\"leader\":%lld,\"commit\":%llu,\"applied\":%llu,\"lag\":%llu,"
+                       "\"last\":%llu",
+                       st[i].role, st[i].protocol, st[i].fabric, (unsigned long long)st[i].term,
+                       st[i].leader < n ? (long long)st[i].leader : -1LL,
+                       (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
+                       (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last);
+            printf("}");
+            continue;
+        }
         if (!st[i].reachable) {
             printf("%-3u %s\n", i, "unreachable");
             continue;
         }
-        up++;
         char leader[16] = "-";
         if (st[i].leader < n)
             snprintf(leader, sizeof(leader), "%u", st[i].leader);
@@ -97,12 +179,22 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
                (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
                (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last);
     }
-    return up > 0 ? EXIT_OK : EXIT_UNREACHABLE;
+    if (json)
+        printf("],\"healthy\":%s}\n", unhealthy ? "false" : "true");
+    return unhealthy ? EXIT_UNREACHABLE : EXIT_OK;
 }
 
 static int print_pair(void *arg, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
-    (void)arg;
+    unsigned long *n = arg;
+    if (json) {
+        printf("%s{\"key\":", (*n)++ ? "," : "");
+        json_b64(k, kl);
+        printf(",\"value\":");
+        json_b64(v, vl);
+        putchar('}');
+        return 0;
+    }
     printf("%.*s\t%.*s\n", (int)kl, (const char *)k, (int)vl, (const char *)v);
     return 0;
 }
@@ -119,8 +211,13 @@ static int cmd_scan(flowkv *kv, int argc, char **argv)
                 FLOWKV_SCAN_COUNT_MAX);
         return EXIT_USAGE;
     }
+    unsigned long n = 0;
+    if (json)
+        printf("{\"kvs\":[");
     int rc = flowkv_scan_range(kv, start, strlen(start), stop, strlen(stop), (uint32_t)count,
-                               print_pair, NULL);
+                               print_pair, &n);
+    if (json) /* whole JSON even when the scan failed part way (the exit status says so) */
+        printf("],\"count\":%lu}\n", n);
     return rc < 0 ? fail(kv, "scan", rc) : EXIT_OK;
 }
 
@@ -137,6 +234,14 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
         rc = flowkv_get(kv, argv[0], strlen(argv[0]), val, sizeof(val), &vlen);
         if (rc < 0)
             return fail(kv, "get", rc);
+        if (json) {
+            printf("{\"key\":");
+            json_b64((const uint8_t *)argv[0], strlen(argv[0]));
+            printf(",\"value\":");
+            json_b64((const uint8_t *)val, vlen);
+            printf("}\n");
+            return EXIT_OK;
+        }
         fwrite(val, 1, vlen, stdout);
         if (vlen == 0 || val[vlen - 1] != '\n')
             putchar('\n');
@@ -164,7 +269,25 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
                         strlen(argv[2]));
         return rc < 0 ? fail(kv, "cas", rc) : EXIT_OK;
     }
-    usage(stderr);
+    assert(!"every command is checked before run");
+    return EXIT_USAGE;
+}
+
+/* The command and its argument count, before connecting: an unknown
+ * command or a wrong count names itself. */
+static int check_command(const char *cmd, int argc)
+{
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(cmd, commands[i].name) != 0)
+            continue;
+        if (argc >= commands[i].min && argc <= commands[i].max)
+            return EXIT_OK;
+        fprintf(stderr, "flowkv: %s takes %s (%d given)\n", cmd,
+                *commands[i].args ? commands[i].args : "no arguments", argc);
+        return EXIT_USAGE;
+    }
+    fprintf(stderr, "flowkv: unknown command '%s' (get, put, del, cas, scan, status; --help)\n",
+            cmd);
     return EXIT_USAGE;
 }
 
@@ -172,14 +295,16 @@ int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"cluster", required_argument, NULL, 'c'},
                                              {"timeout", required_argument, NULL, 't'},
+                                             {"write-out", required_argument, NULL, 'w'},
+                                             {"version", no_argument, NULL, 'V'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
-    const char *path = getenv("FLOWKV_CLUSTER");
+    const char *path = NULL;
     if (getenv("FLOWKV_LOG") == NULL)
         fk_log_set_level(FK_LOG_WARN); /* a command's output is its answer */
     long timeout_ms = 5000;
     int c;
-    while ((c = getopt_long(argc, argv, "+c:t:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+c:t:w:Vh", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'c':
@@ -192,6 +317,16 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             break;
+        case 'w':
+            if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {
+                fprintf(stderr, "flowkv: --write-out '%s': text or json\n", optarg);
+                return EXIT_USAGE;
+            }
+            json = strcmp(optarg, "json") == 0;
+            break;
+        case 'V':
+            printf("flowkv %s\n", FK_VERSION);
+            return EXIT_OK;
         case 'h':
             usage(stdout);
             return EXIT_OK;
@@ -204,8 +339,10 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (path == NULL)
-        path = "run/cluster.conf";
+    int bad = check_command(argv[optind], argc - optind - 1);
+    if (bad != EXIT_OK)
+        return bad;
+    path = cluster_path(path);
     struct flowkv_opts o = {.timeout_ns = (uint64_t)timeout_ms * 1000000ULL};
     char err[512];
     flowkv *kv;

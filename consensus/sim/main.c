@@ -22,6 +22,7 @@
  * prints a progress line every 15 s of wall time and ends, per protocol,
  * with the wall and CPU time, the fault mix and simulated client
  * operations per CPU-second. */
+#include "fk_version.h"
 #include "sim.h"
 
 #include "fk_error.h"
@@ -274,6 +275,10 @@ int main(int argc, char **argv)
      * CPU). */
     mallopt(M_MMAP_THRESHOLD, 256 << 10);
     struct args a = {0};
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("flowkv-sim %s\n", FK_VERSION);
+        return 0;
+    }
     if (parse_args(argc, argv, &a) < 0) {
         usage();
         return 2;

@@ -140,7 +140,21 @@ cli_ops() { # cli_ops DIR PROTO: every CLI command and its exit status
         case $err in *"nopaxos carries at most 4096 bytes"*) ;; *) echo "$err"; return 9 ;; esac
     fi
     "$CLI" -c "$c" del big || return 9 # room under the 2 MiB quota
-    "$CLI" -c "$c" frobnicate 2>/dev/null; [ $? -eq 2 ] || { echo "frobnicate: not status 2"; return 10; }
+    err=$("$CLI" -c "$c" frobnicate 2>&1); [ $? -eq 2 ] || { echo "frobnicate: not status 2"; return 10; }
+    case $err in *"unknown command 'frobnicate'"*) ;; *) echo "frobnicate: $err"; return 10; esac
+    err=$("$CLI" -c "$c" get 2>&1); [ $? -eq 2 ] || { echo "get without a key: not status 2"; return 10; }
+    [ "$err" = "flowkv: get takes KEY (0 given)" ] || { echo "$err"; return 10; }
+    [ "$("$CLI" --version)" = "flowkv $("$SERVER" --version | awk '{ print $2 }')" ] || return 10
+    # -w json: get, scan and status parse as JSON; keys and values base64.
+    "$CLI" -c "$c" put "j s" "v 1" || return 12
+    python3 -c 'import base64, json, sys
+g = json.loads(sys.argv[1]); s = json.loads(sys.argv[2]); st = json.loads(sys.argv[3])
+assert base64.b64decode(g["key"]) == b"j s" and base64.b64decode(g["value"]) == b"v 1", g
+assert s["count"] == len(s["kvs"]) == 1 and base64.b64decode(s["kvs"][0]["value"]) == b"v 1", s
+assert st["healthy"] and len(st["replicas"]) == 3 and all(r["reachable"] for r in st["replicas"]), st' \
+        "$("$CLI" -c "$c" -w json get "j s")" "$("$CLI" -c "$c" -w json scan "j " 5 "j!")" \
+        "$("$CLI" -c "$c" -w json status)" || { echo "-w json output"; return 12; }
+    "$CLI" -c "$c" del "j s" || return 12
     out=$("$CLI" -c "$c" status 2>&1)
     grep -q leader <<<"$out" || { echo "status shows no leader: $out"; return 11; }
     return 0

@@ -109,6 +109,15 @@ run_protocol() {
     local writer=$!
     sleep 1
     stop "$d" "$leader" KILL
+    # `status` fails while a replica is down, naming it (etcdctl endpoint health).
+    local st_out st_rc
+    st_out=$("$CLI" -c "$d/cluster.conf" -t 1000 status 2>&1)
+    st_rc=$?
+    if [ $st_rc -eq 4 ] && grep -q "flowkv: status: replica $leader is unreachable" <<<"$st_out"; then
+        t_ok "$proto: flowkv status exits 4 and names replica $leader while it is down"
+    else
+        t_fail "$proto: flowkv status while a replica is down" "exit $st_rc: $(tr '\n' ' ' <<<"$st_out")"
+    fi
     local t0=$(date +%s%N)
     wait_serving "$d"
     local t1=$(date +%s%N)

@@ -35,6 +35,12 @@ for need in "$ycsb" "$cli" "$root/build/bin/flowkv-server"; do
     fi
 done
 
+# Every program says its version (the one release number, fk_version.h).
+v=$("$build/bin/flowkv-server" --version | awk '{ print $2 }')
+vs="$("$ycsb" --version) / $("$cli" --version) / $("$build/bin/flowkv-sim" --version)"
+[ "$vs" = "flowkv-ycsb $v / flowkv $v / flowkv-sim $v" ] && t_ok "--version: $vs" ||
+    t_fail "--version of flowkv-ycsb, flowkv, flowkv-sim" "'$vs', server $v"
+
 # phase NAME OPS ARGS...: one bounded flowkv-ycsb run, then its report.
 phase() {
     local name=$1 want=$2
@@ -53,7 +59,8 @@ for proto in nopaxos multipaxos; do
     fi
     t_ok "$proto: 3-replica cluster starts"
     common=(-c "$conf" -P "$root/ycsb/workloads/workload_dfi_b" -p recordcount=500)
-    phase "$proto-load" 500 load "${common[@]}" -threads 1 -p flowkv.pipeline=8
+    # `load flowkv`: the binding named after the verb, as YCSB's `ycsb load DB`.
+    phase "$proto-load" 500 load flowkv "${common[@]}" -threads 1 -p flowkv.pipeline=8
     phase "$proto-run" 2000 run "${common[@]}" -p operationcount=2000 -threads 1 \
         -p flowkv.pipeline=8
 

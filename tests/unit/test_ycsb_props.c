@@ -232,6 +232,17 @@ TEST(cli_options)
     CHECK_OK(cli(&c, 3, yload));
     CHECK_PROP("dotransactions", "false");
     CHECK(c.help);
+    /* YCSB's `ycsb load DB`: the word after the verb names the binding;
+     * --version is a flag. */
+    char *const ydb[] = {"flowkv-ycsb", "load", "etcd", "-threads", "2", "--version"};
+    CHECK_OK(cli(&c, 6, ydb));
+    CHECK_PROP("db", "etcd");
+    CHECK_PROP("dotransactions", "false");
+    CHECK(c.version);
+    char *const rdb[] = {"flowkv-ycsb", "run", "flowkv"};
+    CHECK_OK(cli(&c, 3, rdb));
+    CHECK_PROP("db", "flowkv");
+    CHECK(!c.version);
 }
 
 TEST(cli_errors)

@@ -17,6 +17,7 @@
  * Inserts of the run phase are acknowledged as soon as they are printed, as a
  * binding would after a successful insert.
  */
+#include "fk_version.h"
 #include "fk_error.h"
 #include "ycsb_etcd.h"
 #include "ycsb_flowkv.h"
@@ -43,7 +44,7 @@ static const struct ycsb_binding *find_binding(const char *db)
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: flowkv-ycsb load|run [options]\n"
+            "Usage: flowkv-ycsb load|run [DB] [options]   (DB as -db)\n"
             "  -P file         load workload properties (several allowed, in order)\n"
             "  -p name=value   set a property (overrides every -P file)\n"
             "  -threads n      client threads (threadcount)\n"
@@ -52,7 +53,8 @@ static void usage(FILE *f)
             "  -l label        prefix of the status line\n"
             "  -db name        binding (db): flowkv (default), etcd (gRPC) or etcd-json (gateway)\n"
             "  -c path         flowkv cluster file (flowkv.cluster, default run/cluster.conf)\n"
-            "  --dry-run       print the operation stream instead of running it\n");
+            "  --dry-run       print the operation stream instead of running it\n"
+            "  --version       print the version\n");
 }
 
 static void print_op(const struct ycsb_conf *c, int32_t tid, const struct ycsb_op *op)
@@ -188,6 +190,11 @@ int main(int argc, char **argv)
     free(args);
     if (rc == 0 && cli.help) {
         usage(stdout);
+        ycsb_props_free(&props);
+        return 0;
+    }
+    if (rc == 0 && cli.version) {
+        printf("flowkv-ycsb %s\n", FK_VERSION);
         ycsb_props_free(&props);
         return 0;
     }
