@@ -454,16 +454,17 @@ LIBFLOWKV := $(BUILD)/lib/libflowkv.a
 $(LIBFLOWKV): $(call obj,$(CLIENT_SRC) $(FLOWS_SRC) $(CONSENSUS_SRC) $(COMMON_SRC))
 all: $(LIBFLOWKV)
 # Requires.private: only what the client half links (no LMDB, no curl).
-FLOWKV_VERSION = $(shell sed -n 's/^\#define SRV_VERSION "\(.*\)"/\1/p' server/srv_opts.h)
+FLOWKV_VERSION = $(shell sed -n 's/^\#define FK_VERSION "\(.*\)"/\1/p' common/fk_version.h)
 FLOWKV_PC_REQUIRES := libuv libxxhash libibverbs librdmacm inih libsodium
 INSTALL_PROGS := $(SERVER_PROG) $(CLI_PROG) $(YCSB_PROG) $(SIM_PROG)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
-	    $(DESTDIR)$(PREFIX)/include/flowkv
+	    $(DESTDIR)$(PREFIX)/include/flowkv $(DESTDIR)$(PREFIX)/share/doc/flowkv
 	install -m 755 $(INSTALL_PROGS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIBFLOWKV) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 client/flowkv.h common/fk_error.h $(DESTDIR)$(PREFIX)/include/flowkv/
+	install -m 644 README.md $(DESTDIR)$(PREFIX)/share/doc/flowkv/ # the units' Documentation=
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	    'Name: flowkv' 'Description: client library of the flowkv replicated key-value store' \
 	    'Version: $(FLOWKV_VERSION)' 'Requires.private: $(FLOWKV_PC_REQUIRES)' \

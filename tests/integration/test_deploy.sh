@@ -45,7 +45,8 @@ else
 fi
 ok=1
 for i in 0 1 2; do
-    for f in usr/local/bin/flowkv-server etc/flowkv/cluster.conf etc/systemd/system/flowkv-$i.service \
+    for f in usr/local/bin/flowkv-server etc/flowkv/cluster.conf etc/systemd/system/flowkv@.service \
+        usr/local/share/doc/flowkv/README.md \
         var/lib/flowkv/$i/data.mdb; do
         [ -e "$HOSTS/h$i/$f" ] || { ok=0; echo "missing h$i/$f"; }
     done
@@ -54,16 +55,19 @@ done
 [ $ok = 1 ] && t_ok "each host has the programs, the cluster file, its unit and data; --new-cluster removed" ||
     t_fail "installed files" "see above"
 
-unit=$(dep unit 1)
+unit=$(dep unit)
+doc=$(sed -n 's|^Documentation=file://||p' <<<"$unit")
 grep -q '^Type=notify$' <<<"$unit" && grep -q '^Restart=on-failure$' <<<"$unit" &&
     grep -q '^LimitMEMLOCK=infinity$' <<<"$unit" && grep -q '^User=flowkv$' <<<"$unit" &&
-    t_ok "the unit: Type=notify, Restart=on-failure, LimitMEMLOCK=infinity, User=flowkv" ||
+    grep -q '^ExecStart=.* -i %i ' <<<"$unit" && [ -f "$HOSTS/h1$doc" ] &&
+    t_ok "the template unit flowkv@.service: Type=notify, Restart=on-failure, LimitMEMLOCK=infinity, User=flowkv, -i %i, Documentation installed ($doc)" ||
     t_fail "unit contents" "$unit"
-# systemd's own check of the unit (its ExecStart binary exists in the host's root).
-cp "$HOSTS/h1/etc/systemd/system/flowkv-1.service" "$WORK/flowkv-1.service"
-sed -i "s|^ExecStart=/usr/local|ExecStart=$HOSTS/h1/usr/local|" "$WORK/flowkv-1.service"
+# systemd's own check of the unit as instance 1 (its ExecStart binary
+# exists in the host's root).
+cp "$HOSTS/h1/etc/systemd/system/flowkv@.service" "$WORK/flowkv@.service"
+sed -i "s|^ExecStart=/usr/local|ExecStart=$HOSTS/h1/usr/local|" "$WORK/flowkv@.service"
 if command -v systemd-analyze >/dev/null; then
-    if v=$(systemd-analyze verify "$WORK/flowkv-1.service" 2>&1 | grep -v -i -E 'network-online|multi-user|Failed to (prepare|create).*cgroup|Unit.*not found|bus'); [ -z "$v" ]; then
+    if v=$(cd "$WORK" && systemd-analyze verify "$WORK/flowkv@.service" "flowkv@1.service" 2>&1 | grep -v -i -E 'network-online|multi-user|Failed to (prepare|create).*cgroup|Unit.*not found|bus'); [ -z "$v" ]; then
         t_ok "systemd-analyze verify accepts the unit"
     else
         t_fail "systemd-analyze verify" "$v"
