@@ -98,7 +98,7 @@ endif
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 
-.PHONY: all deps run test test-run tests asan ubsan tsan lint format install clean
+.PHONY: all deps deps-build run test test-run tests asan ubsan tsan lint format install clean
 .DEFAULT_GOAL := all
 
 all: $(LIBS)
@@ -301,12 +301,15 @@ sim-long: $(SIM_PROG)
 # missing, builds, then runs. `make run PROTOCOL=multipaxos REPLICAS=5`.
 PROTOCOL ?= nopaxos
 REPLICAS ?= 3
-run: deps all
+run: deps-build all
 	@deploy/run-local.sh -p $(PROTOCOL) -n $(REPLICAS)
 
 # Installs missing Debian packages (root or sudo), else prints the command.
 deps:
-	@deploy/deps.sh
+	@deploy/deps.sh all
+# What building and `make run` need alone (no test or benchmark tools).
+deps-build:
+	@deploy/deps.sh build
 
 # `make test` = deps, then build and run every test; the last line printed is
 # "N passed, M failed" and the status is non-zero if M > 0 or N = 0.

@@ -2,8 +2,15 @@
 # deploy/deps.sh: makes sure the Debian packages flowkv builds and tests with
 # are installed. Quick (one dpkg-query) when everything is present.
 #
-#   deploy/deps.sh            install what is missing (root, or sudo -n)
-#   deploy/deps.sh --check    only report; exit 1 if something is missing
+#   deploy/deps.sh [SET]            install what SET lacks (root, or sudo -n)
+#   deploy/deps.sh --check [SET]    only report; exit 1 if something is missing
+#   deploy/deps.sh --list [SET]     print SET's packages, one per line
+#
+# SET is `build` (what `make`, `make run` and `make install` need: the
+# compiler and the libraries' -dev packages) or `all` (default: build plus
+# what `make test` and the benchmarks run: RDMA tools, lint, clang for the
+# fuzzers, etcd, gnuplot, nftables, and the Soft-RoCE VM's qemu and
+# perftest).
 #
 # Without root or password-less sudo it prints the exact apt-get command and
 # exits 1, so `make test` stops with a clear message instead of failing later.
@@ -29,7 +36,17 @@ etcd-server etcd-client gnuplot-nox nftables iptables libnetfilter-queue-dev"
 RDMA_VM_PKGS="qemu-system-x86 busybox-static kmod cpio perftest ibverbs-providers
 rdmacm-utils"
 
-want=$(echo $BUILD_PKGS $TEST_PKGS $RDMA_VM_PKGS ${FLOWKV_EXTRA_PKGS:-})
+mode=install
+case ${1:-} in --check | --list) mode=${1#--}; shift ;; esac
+case ${1:-all} in
+build) want=$(echo $BUILD_PKGS ${FLOWKV_EXTRA_PKGS:-}) ;;
+all) want=$(echo $BUILD_PKGS $TEST_PKGS $RDMA_VM_PKGS ${FLOWKV_EXTRA_PKGS:-}) ;;
+*) echo "deps: set '$1': build or all" >&2; exit 2 ;;
+esac
+if [ "$mode" = list ]; then
+    tr ' ' '\n' <<<"$want"
+    exit 0
+fi
 
 # One dpkg-query for all: it prints "NAME install ok installed" for each
 # installed package; any other state, or no line at all, counts as missing.
@@ -46,7 +63,7 @@ if [ -z "$missing" ]; then
     exit 0
 fi
 missing=${missing# }
-if [ "${1:-}" = "--check" ]; then
+if [ "$mode" = check ]; then
     echo "deps: missing packages: $missing" >&2
     exit 1
 fi

@@ -83,4 +83,19 @@ for _ in $(seq 40); do
 done
 [ "$out" = ok ] && t_ok "the installed library puts and gets on a cluster of installed replicas" ||
     t_fail "installed library against installed replicas" "$out; $(tail -n 2 "$WORK/log0")"
+# `make run` installs the build set alone (deploy/deps.sh build): no test
+# or benchmark tool; `make deps` (and so `make test`) installs them all.
+build_set=$("$ROOT/deploy/deps.sh" --list build)
+all_set=$("$ROOT/deploy/deps.sh" --list all)
+extra=""
+for p in qemu-system-x86 clang etcd-server gnuplot-nox perftest cppcheck; do
+    grep -qx "$p" <<<"$build_set" && extra="$extra $p"
+    grep -qx "$p" <<<"$all_set" || extra="$extra (all lacks $p)"
+done
+if [ -z "$extra" ] && grep -qx build-essential <<<"$build_set" && grep -qx liblmdb-dev <<<"$build_set" &&
+    make -C "$ROOT" -n run 2>/dev/null | grep -q 'deploy/deps.sh build'; then
+    t_ok "make run installs the build packages alone ($(wc -l <<<"$build_set") of $(wc -l <<<"$all_set"))"
+else
+    t_fail "make run's packages" "build set has:$extra; make -n run: $(make -C "$ROOT" -n run 2>&1 | grep deps.sh)"
+fi
 t_done
