@@ -9,9 +9,12 @@
 #include "check.h"
 #include "fk_error.h"
 #include "ycsb_gen.h"
+#include "ycsb_props.h"
+#include "ycsb_workload.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -429,6 +432,120 @@ TEST(exponential_percentile)
     CHECK_FREQ(below, n, 0.95);
     CHECK_ERR(ycsb_exponential_init(&e, 100, 1000), FK_EINVAL);
     CHECK_ERR(ycsb_exponential_init(&e, 95, 0), FK_EINVAL);
+}
+
+/* ---- CoreWorkload's request distributions against the Java algorithm ---- */
+
+/* Key numbers of RD_SAMPLES reads from flowkv-ycsb's operation stream over
+ * RD_KEYS records (workload C's reads, requestdistribution=dist), as
+ * CoreWorkload.nextKeynum draws them. */
+#define RD_KEYS    1000
+#define RD_SAMPLES 400000L
+
+static void stream_counts(const char *dist, long *count)
+{
+    static struct ycsb_props props;
+    static struct ycsb_conf conf;
+    static struct ycsb_workload w;
+    static struct ycsb_thread th;
+    char err[YCSB_ERR_MAX], d[64];
+    snprintf(d, sizeof d, "requestdistribution=%s", dist);
+    const char *kv[] = {"recordcount=1000",
+                        "operationcount=400000",
+                        "readproportion=1",
+                        "updateproportion=0",
+                        d,
+                        NULL};
+    ycsb_props_init(&props);
+    for (const char *const *p = kv; *p != NULL; p++)
+        CHECK_OK(ycsb_props_set_arg(&props, *p, err, sizeof err));
+    CHECK_MSG(ycsb_conf_parse(&conf, &props, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(ycsb_workload_init(&w, &conf, err, sizeof err) == 0, "%s", err);
+    ycsb_thread_init(&th, &w, 0);
+    memset(count, 0, RD_KEYS * sizeof *count);
+    for (long i = 0; i < RD_SAMPLES; i++) {
+        struct ycsb_op op;
+        CHECK_OK(ycsb_next_op(&th, &op));
+        CHECK(op.type == YCSB_OP_READ && op.keynum >= 0 && op.keynum < RD_KEYS);
+        count[op.keynum]++;
+    }
+    ycsb_workload_destroy(&w);
+    ycsb_props_free(&props);
+}
+
+/* Each key's frequency within sampling error of its probability p[k]; the
+ * first `ranks` of them, by p, hottest first (ties in key order). */
+static void check_ranks(const char *dist, const long *count, const double *p, int ranks)
+{
+    int order[RD_KEYS];
+    for (int k = 0; k < RD_KEYS; k++)
+        order[k] = k;
+    for (int a = 0; a < ranks; a++) {
+        for (int b = a + 1; b < RD_KEYS; b++) {
+            if (p[order[b]] > p[order[a]]) {
+                int t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+        }
+        int k = order[a];
+        CHECK_MSG(within((double)count[k] / RD_SAMPLES, p[k], RD_SAMPLES),
+                  "%s: rank %d (key %d): frequency %.5f, Java's algorithm %.5f", dist, a + 1, k,
+                  (double)count[k] / RD_SAMPLES, p[k]);
+    }
+}
+
+/* uniform, hotspot, exponential and latest, each key's probability computed
+ * here from YCSB's Java source (CoreWorkload.nextKeynum and the
+ * generators), and sequential's exact order. */
+TEST(request_distributions_match_the_java_algorithm)
+{
+    static long count[RD_KEYS];
+    static double p[RD_KEYS];
+    /* uniform: UniformLongGenerator(0, 999). Every key, not only twenty. */
+    stream_counts("uniform", count);
+    for (int k = 0; k < RD_KEYS; k++)
+        p[k] = 1.0 / RD_KEYS;
+    check_ranks("uniform", count, p, RD_KEYS);
+    /* hotspot: HotspotIntegerGenerator(0, 999, hotspotdatafraction 0.2,
+     * hotspotopnfraction 0.8): the first 200 keys share 0.8 uniformly, the
+     * other 800 share 0.2. */
+    stream_counts("hotspot", count);
+    for (int k = 0; k < RD_KEYS; k++)
+        p[k] = k < 200 ? 0.8 / 200 : 0.2 / 800;
+    check_ranks("hotspot", count, p, RD_KEYS);
+    long hot = 0;
+    for (int k = 0; k < 200; k++)
+        hot += count[k];
+    CHECK_FREQ(hot, RD_SAMPLES, 0.8); /* the sets' shares, which no single key resolves */
+    /* exponential: keynum = last - (int)(-ln(u) / gamma), drawn again
+     * while negative; gamma = -ln(1 - 95/100) / (recordcount * 0.8571428571)
+     * (exponential.percentile and exponential.frac's defaults). Offset j
+     * has e^(-gamma j) - e^(-gamma (j + 1)), renormalised over 0..999. */
+    stream_counts("exponential", count);
+    double gamma = -log(1 - 95 / 100.0) / (RD_KEYS * 0.8571428571);
+    double kept = 1 - exp(-gamma * RD_KEYS);
+    for (int k = 0; k < RD_KEYS; k++) {
+        int j = RD_KEYS - 1 - k;
+        p[k] = (exp(-gamma * j) - exp(-gamma * (j + 1))) / kept;
+    }
+    check_ranks("exponential", count, p, 20);
+    /* latest: SkewedLatestGenerator: last - ZipfianGenerator(0, 998)
+     * .nextLong(999): offsets 0 and 1 exactly zipfian over 999 items,
+     * the others Gray's intervals. */
+    stream_counts("latest", count);
+    double z = (double)zeta_def(RD_KEYS - 1, YCSB_ZIPFIAN_CONSTANT);
+    for (int k = 0; k < RD_KEYS; k++) {
+        int j = RD_KEYS - 1 - k;
+        p[k] = j == 0   ? 1 / z
+               : j == 1 ? pow(0.5, YCSB_ZIPFIAN_CONSTANT) / z
+                        : gray_prob(j, RD_KEYS - 1, YCSB_ZIPFIAN_CONSTANT, z);
+    }
+    check_ranks("latest", count, p, 20);
+    /* sequential: SequentialGenerator(0, 999): 0, 1, ..., 999, 0, ... */
+    stream_counts("sequential", count);
+    for (int k = 0; k < RD_KEYS; k++)
+        CHECK_EQ_I64(count[k], RD_SAMPLES / RD_KEYS);
 }
 
 /* ---- acknowledged counter and latest ----------------------------------------- */
