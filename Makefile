@@ -292,7 +292,7 @@ sim: $(SIM_PROG)
 sim-long: $(SIM_PROG)
 	@BUILD=$(BUILD) tests/sim-long.sh
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/pic -name '*.d' 2>/dev/null)
 
 # ---- 4. dependencies, run, tests, sanitizers, lint -------------------------
 # `make run` starts a local cluster once flowkv-server exists (the server
@@ -448,17 +448,37 @@ fuzz: fuzz-build
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh build/fuzz
 
 # ---- 5. install, clean -----------------------------------------------------
-# What a user gets: the programs, libflowkv.a (the client library with the
-# layers under it: flows, the consensus wire codecs, common) with its two
+# What a user gets: the programs, the client library (the layers under it
+# too: flows, the consensus wire codecs, common) as libflowkv.a and as the
+# shared libflowkv.so.0 (soname; its objects compiled again with -fPIC in
+# build/pic, so the programs' own objects stay as they are), its two
 # headers (flowkv.h, the contract, and fk_error.h, the codes it returns),
-# and flowkv.pc so that `pkg-config --cflags --libs --static flowkv` finds
-# them. deploy/ installs replicas with `make install DESTDIR=...`.
+# and flowkv.pc, so that `pkg-config --cflags --libs flowkv` links the
+# shared library and `--static` the archive. deploy/ installs replicas
+# with `make install DESTDIR=...`.
 LIBFLOWKV := $(BUILD)/lib/libflowkv.a
-$(LIBFLOWKV): $(call obj,$(CLIENT_SRC) $(FLOWS_SRC) $(CONSENSUS_SRC) $(COMMON_SRC))
+LIBFLOWKV_SRC := $(CLIENT_SRC) $(FLOWS_SRC) $(CONSENSUS_SRC) $(COMMON_SRC)
+$(LIBFLOWKV): $(call obj,$(LIBFLOWKV_SRC))
 all: $(LIBFLOWKV)
 # Requires.private: only what the client half links (no LMDB, no curl).
 FLOWKV_VERSION = $(shell sed -n 's/^\#define FK_VERSION "\(.*\)"/\1/p' common/fk_version.h)
 FLOWKV_PC_REQUIRES := libuv libxxhash libibverbs librdmacm inih libsodium
+FLOWKV_SONAME := libflowkv.so.0
+LIBFLOWKV_SO := $(BUILD)/lib/libflowkv.so.$(FLOWKV_VERSION)
+$(BUILD)/pic/common/%.o: INCS = $(INC_common)
+$(BUILD)/pic/flows/%.o: INCS = $(INC_flows)
+$(BUILD)/pic/consensus/%.o: INCS = $(INC_consensus)
+$(BUILD)/pic/client/%.o: INCS = $(INC_client)
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	@echo "  CC -fPIC $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -fPIC $(INCS) -c $< -o $@
+$(LIBFLOWKV_SO): $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBFLOWKV_SRC))
+	@mkdir -p $(@D)
+	@echo "  LD      $@"
+	$(Q)$(CC) -shared -Wl,-soname,$(FLOWKV_SONAME) -Wl,--no-undefined $(SAN_FLAGS) -o $@ $^ \
+	    $$(pkg-config --libs $(FLOWKV_PC_REQUIRES)) -lm -pthread
+all: $(LIBFLOWKV_SO)
 INSTALL_PROGS := $(SERVER_PROG) $(CLI_PROG) $(YCSB_PROG) $(SIM_PROG)
 
 install: all
@@ -466,6 +486,9 @@ install: all
 	    $(DESTDIR)$(PREFIX)/include/flowkv $(DESTDIR)$(PREFIX)/share/doc/flowkv
 	install -m 755 $(INSTALL_PROGS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIBFLOWKV) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIBFLOWKV_SO) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libflowkv.so.$(FLOWKV_VERSION) $(DESTDIR)$(PREFIX)/lib/$(FLOWKV_SONAME)
+	ln -sf $(FLOWKV_SONAME) $(DESTDIR)$(PREFIX)/lib/libflowkv.so
 	install -m 644 client/flowkv.h common/fk_error.h $(DESTDIR)$(PREFIX)/include/flowkv/
 	install -m 644 README.md $(DESTDIR)$(PREFIX)/share/doc/flowkv/ # the units' Documentation=
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \

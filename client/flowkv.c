@@ -27,6 +27,8 @@
  */
 #include "flowkv.h"
 
+#include "fk_version.h"
+
 #include "cons.h"
 #include "cons_wire.h"
 #include "fk_conf.h"
@@ -700,6 +702,11 @@ void flowkv_close(flowkv *kv)
     pthread_cond_destroy(&kv->cv);
     free(kv->slots);
     free(kv);
+}
+
+const char *flowkv_version(void)
+{
+    return FK_VERSION;
 }
 
 uint32_t flowkv_replicas(const flowkv *kv)

@@ -21,7 +21,8 @@
  * same number after a timeout or a leader change until the deadline. The
  * cluster remembers the most recent sessions (131,072 on Multi-Paxos,
  * 50,000 on NOPaxos: README, "Limits"); a session it
- * forgot answers FLOWKV_EEXPIRED: the outcome is unknown (like a timeout).
+ * forgot answers FK_EEXPIRED (fk_error.h): the outcome is unknown (like a
+ * timeout).
  *
  * Limits (checked here and by the replicas; README, "Limits"): keys
  * 1..FLOWKV_KEY_MAX bytes, values 0..FLOWKV_VAL_MAX bytes (NOPaxos: key,
@@ -214,6 +215,10 @@ struct flowkv_replica_status {
 
 /* Number of replicas in the cluster. */
 uint32_t flowkv_replicas(const flowkv *kv);
+
+/* The library's release, "MAJOR.MINOR.PATCH" (a static string): what the
+ * programs print with --version. */
+const char *flowkv_version(void);
 /* Asks replica id for its status. 0 (st->reachable says whether it
  * answered) or FK_EINVAL. */
 int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uint64_t timeout_ns);
