@@ -3,6 +3,8 @@
 # tests/run.sh counts shell tests and C tests alike.
 t__pass=0
 t__fail=0
+t__skip=0
+t__skip_why=""
 t__n=0
 
 # t_ok NAME: one passed check.
@@ -19,6 +21,16 @@ t_fail() {
     echo "not ok $t__n - $1: $2"
 }
 
+# t_skip NAME WHY: one check that cannot run here (only for what the
+# machine lacks, e.g. root). Counted apart and shown in the summary line
+# ("K skipped (WHY)"), never as passed.
+t_skip() {
+    t__n=$((t__n + 1))
+    t__skip=$((t__skip + 1))
+    t__skip_why=$2
+    echo "ok $t__n - $1 # SKIP $2"
+}
+
 # t_check NAME COMMAND...: runs COMMAND; passes when it exits 0.
 t_check() {
     local name=$1
@@ -33,8 +45,13 @@ t_check() {
 
 # t_done: prints the summary line and exits 1 if anything failed.
 t_done() {
-    echo "# check: ${T_NAME:-$(basename "$0")} passed=$t__pass failed=$t__fail"
-    [ "$t__fail" -eq 0 ] && [ "$t__pass" -gt 0 ]
+    if [ "$t__skip" -gt 0 ]; then
+        echo "# skipped: $t__skip ($t__skip_why)"
+        echo "# check: ${T_NAME:-$(basename "$0")} passed=$t__pass failed=$t__fail skipped=$t__skip"
+    else
+        echo "# check: ${T_NAME:-$(basename "$0")} passed=$t__pass failed=$t__fail"
+    fi
+    [ "$t__fail" -eq 0 ] && [ $((t__pass + t__skip)) -gt 0 ]
     exit $?
 }
 

@@ -3,12 +3,14 @@
 #
 # Usage: tests/run.sh [-t SECONDS] PROGRAM...
 # Each PROGRAM is a test binary built on tests/check.h or a script sourcing
-# tests/lib.sh; both print "# check: NAME passed=P failed=F". A program that
+# tests/lib.sh; both print "# check: NAME passed=P failed=F" (a shell test
+# that could not run some checks here adds " skipped=S", after a line
+# "# skipped: S (WHY)"). A program that
 # crashes, times out (default 600 s each), or exits non-zero without
 # reporting a failure counts as one failure, so nothing can pass by dying.
 # Output of each program goes to the terminal and to $TEST_LOG_DIR/NAME.log.
-# The last line is "N passed, M failed"; the exit status is 1 when M > 0 or
-# when N is 0.
+# The last line is "N passed, M failed", with ", K skipped (WHY: PROGRAMS)"
+# when checks were skipped; the exit status is 1 when M > 0 or when N is 0.
 set -u
 
 limit=600
@@ -27,6 +29,8 @@ fi
 
 total_pass=0
 total_fail=0
+total_skip=0
+skip_why=""
 failed_programs=()
 
 for prog in "$@"; do
@@ -38,7 +42,13 @@ for prog in "$@"; do
     timeout --kill-after=10 "$limit" "$prog" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
     secs=$(( $(date +%s) - start ))
-    line=$(grep -E '^# check: .* passed=[0-9]+ failed=[0-9]+$' "$log" | tail -n 1)
+    line=$(grep -E '^# check: .* passed=[0-9]+ failed=[0-9]+( skipped=[0-9]+)?$' "$log" | tail -n 1)
+    s=0
+    if [[ $line =~ \ skipped=([0-9]+)$ ]]; then
+        s=${BASH_REMATCH[1]}
+        line=${line% skipped=*}
+        skip_why="$skip_why${skip_why:+; }$(sed -n 's/^# skipped: [0-9]* (\(.*\))$/\1/p' "$log" | tail -n 1): $name"
+    fi
     if [ -z "$line" ]; then
         p=0
         f=1
@@ -55,7 +65,8 @@ for prog in "$@"; do
             f=1
         fi
     fi
-    echo "== $name: $p passed, $f failed (${secs}s)"
+    echo "== $name: $p passed, $f failed${s:+$([ "$s" -gt 0 ] && echo ", $s skipped")} (${secs}s)"
+    total_skip=$((total_skip + s))
     total_pass=$((total_pass + p))
     total_fail=$((total_fail + f))
     if [ "$f" -gt 0 ]; then
@@ -66,7 +77,11 @@ done
 if [ "$total_fail" -gt 0 ]; then
     echo "failed programs: ${failed_programs[*]} (logs in $logdir)"
 fi
-echo "$total_pass passed, $total_fail failed"
+if [ "$total_skip" -gt 0 ]; then
+    echo "$total_pass passed, $total_fail failed, $total_skip skipped ($skip_why)"
+else
+    echo "$total_pass passed, $total_fail failed"
+fi
 if [ "$total_fail" -gt 0 ] || [ "$total_pass" -eq 0 ]; then
     exit 1
 fi
