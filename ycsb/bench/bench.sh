@@ -127,9 +127,21 @@ clean() {
     ! grep -E 'Return=' "$1" | grep -qv 'Return=OK'
 }
 
+# Long runs speak: one line on stderr per run, saying which configuration
+# (stage N of STAGES), which run and its result, and the time since start.
+STAGES=9
+stage_n=0
+stage_txt=""
+# stage TEXT: the next configuration begins.
+stage() {
+    stage_n=$((stage_n + 1))
+    stage_txt="configuration $stage_n of $STAGES: $1"
+    echo "bench: [$((SECONDS - t0)) s] $stage_txt" >&2
+}
+
 # run NAME ARGS...: one bounded flowkv-ycsb run; report in $out/NAME.txt.
 run() {
-    local name=$1
+    local name=$1 ops
     shift
     timeout --kill-after=5 $((2 * secs + 30)) "$ycsb" "$@" >"$out/$name.txt" 2>"$out/$name.err" || {
         echo "bench: $name failed (exit $?): $(tail -n 2 "$out/$name.err" | tr '\n' ' ')" >&2
@@ -137,6 +149,8 @@ run() {
     }
     clean "$out/$name.txt" ||
         echo "bench: $name: $(grep -E 'Return=' "$out/$name.txt" | grep -v OK | tr '\n' ' ')" >&2
+    ops=$(field "$out/$name.txt" OVERALL "Throughput(ops/sec)")
+    echo "bench: [$((SECONDS - t0)) s] ${stage_txt%%:*}: $name: ${ops%.*} ops/s" >&2
     return 0
 }
 
@@ -230,8 +244,10 @@ flowkv() {
 }
 
 t0=$SECONDS
+stage "flowkv async, nopaxos, 3 replicas: load, closed loop, open-loop sweep"
 np3=$(flowkv nopaxos 3)
 echo "bench: nopaxos x3 peak $np3 ops/s ($((SECONDS - t0)) s)"
+stage "flowkv async, multipaxos, 3 replicas: load, closed loop, open-loop sweep"
 mp3=$(flowkv multipaxos 3)
 echo "bench: multipaxos x3 peak $mp3 ops/s ($((SECONDS - t0)) s)"
 # sustained PROTOCOL: "offered p95" of each sustained 3-replica run (an
@@ -298,15 +314,20 @@ near_saturation() {
         rm -rf "${tmp:?}/near-$proto"
     done
 }
+stage "near saturation: $NEAR_SAT_REPEATS more runs of each protocol at ${region:-no load}"
 near_saturation "$region"
 echo "bench: near saturation, $NEAR_SAT_REPEATS more runs at ${region:-no load} ($((SECONDS - t0)) s)"
 
+stage "flowkv async, nopaxos, 5 replicas"
 np5=$(flowkv nopaxos 5)
 echo "bench: nopaxos x5 peak $np5 ops/s ($((SECONDS - t0)) s)"
+stage "flowkv async, multipaxos, 5 replicas"
 mp5=$(flowkv multipaxos 5)
 echo "bench: multipaxos x5 peak $mp5 ops/s ($((SECONDS - t0)) s)"
+stage "flowkv sync, nopaxos, 3 replicas: load, closed loop"
 nps=$(flowkv nopaxos 3 sync)
 echo "bench: nopaxos x3 sync peak $nps ops/s ($((SECONDS - t0)) s)"
+stage "flowkv sync, multipaxos, 3 replicas: load, closed loop"
 mps=$(flowkv multipaxos 3 sync)
 echo "bench: multipaxos x3 sync peak $mps ops/s ($((SECONDS - t0)) s)"
 
@@ -316,6 +337,7 @@ echo "bench: multipaxos x3 sync peak $mps ops/s ($((SECONDS - t0)) s)"
 # (its peak), then the open-loop sweep. Then, for comparison only, the same
 # closed loop through the JSON gateway (an earlier baseline: the gateway's
 # translation runs inside the etcd member and costs it CPU).
+stage "etcd through gRPC, 3 members (ycsb/bench/etcd-bench.sh)"
 "$here/etcd-bench.sh" -a grpc -o "$out" -m 3 -r "$records" -s "$secs" -t "16 32 64" \
     -d "2x64" -f "$fractions" >"$out/etcd-bench.log" 2>&1
 etcd=$(sed -n 's/^etcd_peak=\([0-9]*\).*/\1/p' "$out/etcd-bench.log")
@@ -324,6 +346,7 @@ etcd=$(sed -n 's/^etcd_peak=\([0-9]*\).*/\1/p' "$out/etcd-bench.log")
     etcd=0
 }
 echo "bench: etcd x3 peak $etcd ops/s through gRPC ($((SECONDS - t0)) s)"
+stage "etcd through its JSON gateway, 3 members"
 "$here/etcd-bench.sh" -a json -o "$out" -m 3 -r "$records" -s "$secs" -t "16 32 64" \
     -d "2x64" -f "" >"$out/etcd-json-bench.log" 2>&1
 etcd_json=$(sed -n 's/^etcd_peak=\([0-9]*\).*/\1/p' "$out/etcd-json-bench.log")
