@@ -19,7 +19,8 @@
  * follower-exec, restore-no-recovery, reply-unpersisted (NOPaxos; the last
  * implies --durable); with --expect-failure the status is 0 only if some
  * seed failed (the checkers can fail), stopping at the first. A campaign
- * prints a progress line every 15 s of wall time and ends, per protocol,
+ * prints a progress line every 15 s of wall time (FLOWKV_SIM_PROGRESS_MS)
+ * and ends, per protocol,
  * with the wall and CPU time, the fault mix and simulated client
  * operations per CPU-second. */
 #include "fk_version.h"
@@ -176,15 +177,22 @@ static void add(struct totals *t, const struct sim_result *r)
     t->past += r->past_syncs;
 }
 
-/* How often a long campaign prints a progress line. */
-#define PROGRESS_NS (15ull * 1000000000ull)
+/* How often a long campaign prints a progress line: 15 s, or
+ * FLOWKV_SIM_PROGRESS_MS milliseconds (1..3,600,000; tests use 100). */
+static uint64_t progress_ns(void)
+{
+    const char *e = getenv("FLOWKV_SIM_PROGRESS_MS");
+    long ms = e != NULL ? strtol(e, NULL, 10) : 0;
+    return (uint64_t)(ms >= 1 && ms <= 3600000 ? ms : 15000) * 1000000ull;
+}
 
 /* Runs the campaign for one protocol; returns the number of failed seeds. */
 static uint64_t campaign(const struct args *a, int proto, const char *argv0)
 {
     const char *pname = proto == SIM_NOP ? "nop" : "mpx";
     struct totals t = {0};
-    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns(), next_note = wall0 + PROGRESS_NS;
+    const uint64_t every = progress_ns();
+    uint64_t cpu0 = fk_cpu_ns(), wall0 = fk_now_ns(), next_note = wall0 + every;
     if (a->random_first || a->seconds > 0)
         printf("flowkv-sim %s: seeds from %" PRIu64 "%s\n", pname, a->first,
                a->seconds > 0 ? " while time allows" : "");
@@ -193,13 +201,13 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
         if (a->seconds > 0 && (double)(now - wall0) / 1e9 >= a->seconds)
             break;
         if (now >= next_note && a->count > 1) {
-            /* Long campaigns speak: one line every PROGRESS_NS of wall time. */
+            /* Long campaigns speak: one line every `every` ns of wall time. */
             printf("flowkv-sim %s: %" PRIu64 " seeds done", pname, t.ran);
             if (a->seconds <= 0)
                 printf(" of %" PRIu64, a->count);
             printf(", %" PRIu64 " failed, %.0f s\n", t.failed, (double)(now - wall0) / 1e9);
             fflush(stdout);
-            next_note = now + PROGRESS_NS;
+            next_note = now + every;
         }
         struct sim_opts o = {.seed = s,
                              .proto = proto,

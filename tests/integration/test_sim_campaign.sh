@@ -15,13 +15,20 @@ if [ ! -x "$sim" ]; then
 fi
 
 for proto in mpx nop; do
-    out=$("$sim" --proto $proto --seeds 1000 2>&1)
+    out=$(FLOWKV_SIM_PROGRESS_MS=100 "$sim" --proto $proto --seeds 1000 2>&1)
     rc=$?
     echo "$out" | tail -n 3
     if [ $rc -eq 0 ] && grep -q "$proto: 1000 seeds.* 0 failed" <<<"$out"; then
         t_ok "$proto: 1000 seeds with faults pass"
     else
         t_fail "$proto: 1000 seeds with faults pass" "$(grep -m1 -A1 FAIL <<<"$out" | tr '\n' ' ')"
+    fi
+    # A campaign speaks while it runs (here every 100 ms; 1,000 seeds take
+    # seconds): "N seeds done of M, F failed, S s".
+    if grep -qE "^flowkv-sim $proto: [0-9]+ seeds done of 1000, [0-9]+ failed, [0-9]+ s$" <<<"$out"; then
+        t_ok "$proto: the campaign printed its progress ($(grep -c 'seeds done of' <<<"$out") lines)"
+    else
+        t_fail "$proto: the campaign printed its progress" "no 'seeds done of 1000' line"
     fi
     # Both cores move their state in chunks (cons_xfer.h): the seeds must
     # have run many multi-chunk transfers, with lost chunks resent, sender
