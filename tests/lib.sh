@@ -31,6 +31,26 @@ t_skip() {
     echo "ok $t__n - $1 # SKIP $2"
 }
 
+# t_replay PREFIX FILE [quiet]: each "ok N - NAME" and "not ok N - NAME:
+# WHY" line another test printed into FILE becomes one check here, named
+# "PREFIXNAME"; T_REPLAYED says how many. Other lines starting with "# "
+# and "verbs-counters:" are shown as they are, unless quiet.
+t_replay() {
+    local line
+    T_REPLAYED=0
+    while IFS= read -r line; do
+        if [[ $line =~ ^ok\ ([0-9]+\ )?-\ (.*)$ ]]; then
+            t_ok "$1${BASH_REMATCH[2]}"
+            T_REPLAYED=$((T_REPLAYED + 1))
+        elif [[ $line =~ ^not\ ok\ ([0-9]+\ )?-\ ([^:]*)(:\ (.*))?$ ]]; then
+            t_fail "$1${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-failed}"
+            T_REPLAYED=$((T_REPLAYED + 1))
+        elif [ -z "${3:-}" ] && [[ $line =~ ^(verbs-counters:|#\ ) ]] && [[ ! $line =~ ^#\ check: ]]; then
+            echo "$line"
+        fi
+    done <"$2"
+}
+
 # t_check NAME COMMAND...: runs COMMAND; passes when it exits 0.
 t_check() {
     local name=$1

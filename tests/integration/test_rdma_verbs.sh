@@ -40,18 +40,8 @@ fi
 t_ok "VM boots and runs the verbs suite (${secs}s, $(cat "$out/kernel" 2>/dev/null))"
 
 # Replay the guest's checks; show its comments and the counters line.
-n=0
-while IFS= read -r line; do
-    if [[ $line =~ ^ok\ [0-9]+\ -\ (.*)$ ]]; then
-        t_ok "verbs: ${BASH_REMATCH[1]}"
-        n=$((n + 1))
-    elif [[ $line =~ ^not\ ok\ [0-9]+\ -\ (.*)$ ]]; then
-        t_fail "verbs: ${BASH_REMATCH[1]%%: *}" "${BASH_REMATCH[1]#*: }"
-        n=$((n + 1))
-    elif [[ $line =~ ^(verbs-counters:|#) ]]; then
-        echo "$line"
-    fi
-done <"$out/output.log"
+t_replay "verbs: " "$out/output.log"
+n=$T_REPLAYED
 [ "$n" -gt 0 ] || t_fail "guest reported its checks" "no ok/not ok lines in $out/output.log"
 if [ "$(cat "$out/rc")" != 0 ] && [ "$t__fail" -eq 0 ]; then
     t_fail "guest suite exit status" "verbs_suite.sh exited $(cat "$out/rc") without a failed check"

@@ -156,21 +156,13 @@ run_protocol() {
 # each of its checks is one here. Paced for emulation: each of the 824
 # serving threads does a put and a get a second, 20 s a timeout.
 clients_at_scale() {
-    local line n=0 rc
+    local rc
     FK_CLIENTS_REFUSAL=0 KV_CLIENTS_PAUSE_MS=1000 KV_CLIENTS_TIMEOUT_MS=20000 \
         timeout --kill-after=5 300 bash "$ROOT/tests/integration/test_clients.sh" >"$WORK/clients.out" 2>&1
     rc=$?
-    while IFS= read -r line; do
-        if [[ $line =~ ^ok\ [0-9]+\ -\ (.*)$ ]]; then
-            t_ok "verbs: ${BASH_REMATCH[1]}"
-            n=$((n + 1))
-        elif [[ $line =~ ^not\ ok\ [0-9]+\ -\ (.*)$ ]]; then
-            t_fail "verbs: ${BASH_REMATCH[1]%%: *}" "${BASH_REMATCH[1]#*: }"
-            n=$((n + 1))
-        fi
-    done <"$WORK/clients.out"
-    [ "$n" -gt 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] ||
-        t_fail "verbs: test_clients.sh finished" "exit $rc after $n checks: $(tail -n 3 "$WORK/clients.out" | tr '\n' ' ')"
+    t_replay "verbs: " "$WORK/clients.out"
+    [ "$T_REPLAYED" -gt 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] ||
+        t_fail "verbs: test_clients.sh finished" "exit $rc after $T_REPLAYED checks: $(tail -n 3 "$WORK/clients.out" | tr '\n' ' ')"
 }
 
 run_protocol multipaxos 21000

@@ -18,7 +18,7 @@
 rdma_vm__here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 rdma_vm_checks() {
-    local label=$1 secs=$2 repo cache out rc start n=0 line fails_before=$t__fail
+    local label=$1 secs=$2 repo cache out rc start n fails_before=$t__fail
     shift 2
     repo=$(cd "$rdma_vm__here/../.." && pwd)
     cache=${RDMA_VM_DIR:-$repo/build/rdma-vm}
@@ -38,15 +38,8 @@ rdma_vm_checks() {
         return 1
     fi
     t_ok "$label: VM boots and runs ($(($(date +%s) - start))s, $(cat "$out/kernel" 2>/dev/null))"
-    while IFS= read -r line; do
-        if [[ $line =~ ^ok\ ([0-9]+\ )?-\ (.*)$ ]]; then
-            t_ok "${BASH_REMATCH[2]}"
-            n=$((n + 1))
-        elif [[ $line =~ ^not\ ok\ ([0-9]+\ )?-\ ([^:]*)(:\ (.*))?$ ]]; then
-            t_fail "${BASH_REMATCH[2]}" "${BASH_REMATCH[4]:-failed in the VM}"
-            n=$((n + 1))
-        fi
-    done <"$out/output.log"
+    t_replay "" "$out/output.log" quiet # its other lines are above, as "# vm| ..."
+    n=$T_REPLAYED
     if [ "$n" -eq 0 ]; then
         t_fail "$label: guest reported its checks" "no ok/not ok lines in $out/output.log"
     elif [ "$(cat "$out/rc")" != 0 ] && [ "$t__fail" -eq "$fails_before" ]; then
