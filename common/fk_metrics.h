@@ -34,7 +34,14 @@
 #define FK_METRICS_NAME_MAX  64
 #define FK_METRICS_LABEL_MAX 96
 
-enum fk_metric_kind { FK_METRIC_COUNTER, FK_METRIC_GAUGE, FK_METRIC_SUMMARY };
+enum fk_metric_kind { FK_METRIC_COUNTER, FK_METRIC_GAUGE, FK_METRIC_SUMMARY, FK_METRIC_HISTOGRAM };
+
+/* A histogram's upper bounds (seconds), le="..." in the text format, then
+ * +Inf: Prometheus' default buckets below 100 us stretched down to 50 us,
+ * where a replica's latencies start. Cumulative counts are read off the
+ * fk_hist (a value counts in the first bound at or above its fk_hist
+ * bucket, within 1/128 of it). */
+#define FK_METRICS_BUCKETS 14
 
 typedef uint64_t (*fk_gauge_fn)(void *arg);
 
@@ -46,7 +53,8 @@ struct fk_metric {
     _Atomic uint64_t value; /* counter or set-gauge */
     fk_gauge_fn fn;         /* callback gauge, or NULL */
     void *fn_arg;
-    const struct fk_hist *hist; /* summary */
+    const struct fk_hist *hist; /* summary, histogram */
+    int ns_as_seconds;          /* counter or gauge whose value is in ns: rendered in s */
 };
 
 struct fk_metrics {
@@ -72,6 +80,11 @@ struct fk_metric *fk_metrics_counter_fn(struct fk_metrics *r, const char *name, 
                                         const char *help, fk_gauge_fn fn, void *arg);
 struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,
                                      const char *help, const struct fk_hist *h);
+/* A histogram (h in nanoseconds, rendered in seconds): _bucket{le=...}
+ * cumulative counts, _sum and _count, which can be summed across replicas
+ * as a summary's quantiles cannot. */
+struct fk_metric *fk_metrics_histogram(struct fk_metrics *r, const char *name, const char *labels,
+                                       const char *help, const struct fk_hist *h);
 
 static inline void fk_metric_add(struct fk_metric *m, uint64_t n)
 {
@@ -83,8 +96,11 @@ static inline void fk_metric_set(struct fk_metric *m, uint64_t v)
     atomic_store_explicit(&m->value, v, memory_order_relaxed);
 }
 
-/* Renders every metric into buf (capacity cap, NUL-terminated). Returns the
- * length, or FK_ETOOBIG when cap is too small (buf then holds a prefix). */
+/* Renders every metric into buf (capacity cap, NUL-terminated), in the
+ * Prometheus text format: each family's HELP and TYPE once, then all its
+ * samples together (families in the order their first metric was
+ * registered). Returns the length, or FK_ETOOBIG when cap is too small
+ * (buf then holds a prefix). */
 int fk_metrics_render(const struct fk_metrics *r, char *buf, size_t cap);
 
 #endif /* FK_METRICS_H */

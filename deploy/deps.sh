@@ -27,9 +27,11 @@ libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev"
 # gnuplot (make bench's p95-against-throughput plot), nftables (the fault
 # suite's loss and partitions), iptables and libnetfilter-queue (its packet
 # delay: the NFQUEUE target and tests/faults/nfq_delay, this kernel having
-# no sch_netem).
+# no sch_netem), and the Prometheus client's text-format parser (the test of
+# the replicas' /metrics, test_cluster.sh).
 TEST_PKGS="rdma-core ibverbs-utils lmdb-utils clang-format cppcheck clang iproute2
-etcd-server etcd-client gnuplot-nox nftables iptables libnetfilter-queue-dev"
+etcd-server etcd-client gnuplot-nox nftables iptables libnetfilter-queue-dev
+python3-prometheus-client"
 # Soft-RoCE VM tier (tests/rdma-vm): qemu boots Debian's kernel (fetched with
 # apt-get download) with a busybox initramfs; the guest runs the host's
 # rdma-core, iproute2 (rdma, ip netns) and perftest over 9p.

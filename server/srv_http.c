@@ -128,9 +128,12 @@ static void srv__handle(struct srv__conn *c)
         return;
     }
     const char *ctype = "text/plain; version=0.0.4; charset=utf-8";
-    int n = c->owner->fn(c->owner->arg, path, body, SRV_HTTP_BODY_MAX, &ctype);
+    int status = 200;
+    int n = c->owner->fn(c->owner->arg, path, body, SRV_HTTP_BODY_MAX, &ctype, &status);
     if (n < 0)
         srv__error(c, 404, "Not Found");
+    else if (status == 503)
+        srv__respond(c, 503, "Service Unavailable", ctype, body, (size_t)n);
     else
         srv__respond(c, 200, "OK", ctype, body, (size_t)n);
     free(body);

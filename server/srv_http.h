@@ -25,10 +25,11 @@
 /* Requests must complete within this time or the connection is closed. */
 #define SRV_HTTP_TIMEOUT_MS 5000
 
-/* Fills body (capacity cap) for path; returns the body length with
- * *status = 200 and *ctype set, or any negative value for 404. */
+/* Fills body (capacity cap) for path; returns the body length with *ctype
+ * set and *status (200 unless the handler says otherwise, e.g. 503 for an
+ * unhealthy /health), or any negative value for 404. */
 typedef int (*srv_http_handler)(void *arg, const char *path, char *body, size_t cap,
-                                const char **ctype);
+                                const char **ctype, int *status);
 
 struct srv_http;
 

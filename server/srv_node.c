@@ -8,6 +8,7 @@
 #include "fk_log.h"
 #include "fk_metrics.h"
 #include "fk_time.h"
+#include "fk_version.h"
 #include "fkc_proto.h"
 #include "kv_sm.h"
 #include "kv_store.h"
@@ -18,11 +19,13 @@
 #include "srv_net.h"
 #include "srv_notify.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -51,6 +54,7 @@ struct srv_node {
     uint64_t fed;       /* highest cookie fed as CONS_IN_PERSISTED */
     uint64_t next_tick; /* monotonic ns */
     uint64_t start_ns;
+    uint64_t peer_seen[CONS_REPLICAS_MAX]; /* when a message from each replica last came */
     uint64_t last_term;
     volatile sig_atomic_t stop, dump;
     struct cons_op op; /* decode scratch for OUM requests */
@@ -198,6 +202,8 @@ static int feed(struct srv_node *n, const struct srv_in *in)
     struct cons_input ci = {.kind = CONS_IN_MSG, .buf = in->buf, .len = in->len};
     switch (in->kind) {
     case SRV_IN_PEER:
+        if (in->from < CONS_REPLICAS_MAX)
+            n->peer_seen[in->from] = fk_now_ns(); /* /health's quorum */
         ci.from = cons_replica(in->from);
         return step(n, &ci);
     case SRV_IN_REQUEST:
@@ -437,9 +443,106 @@ static uint64_t counter_fab(void *arg)
     return v;
 }
 
-static int metrics_page(void *arg, const char *path, char *body, size_t cap, const char **ctype)
+static uint64_t gauge_is_leader(void *arg)
+{
+    struct fkc_status st;
+    fill_status(arg, &st);
+    return st.role == FKC_ROLE_LEADER;
+}
+
+static uint64_t gauge_one(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+/* Process metrics under their standard names (the Prometheus client
+ * libraries' process collector), from /proc/self. */
+static uint64_t gauge_rss_bytes(void *arg)
+{
+    (void)arg;
+    unsigned long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%lu %lu", &pages, &resident) != 2)
+            resident = 0;
+        fclose(f);
+    }
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static uint64_t gauge_open_fds(void *arg)
+{
+    (void)arg;
+    uint64_t k = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL && k < 1000000;)
+        k += e->d_name[0] != '.';
+    closedir(d);
+    return k > 0 ? k - 1 : 0; /* not the directory's own descriptor */
+}
+
+static uint64_t counter_cpu_ns(void *arg)
+{
+    (void)arg;
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * FK_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static const char *const role_names[] = {"",       "follower",   "candidate",
+                                         "leader", "recovering", "view-change"};
+
+/* A replica counts as heard from when a protocol message of it arrived
+ * this recently: heartbeats travel every 20 ms, a view change starts
+ * after 1 s of silence. */
+#define SRV_HEALTH_PEER_NS (2 * FK_NSEC_PER_SEC)
+
+/* /health as etcd's: 200 with a small JSON body when the replica serves in
+ * a view (or ballot) with a leader it knows and hears from a majority of
+ * the replicas (itself included): a replica alone can believe it leads
+ * (NOPaxos' view 0), but serves nothing. 503 otherwise, with the reason. */
+static int health_page(struct srv_node *n, char *body, size_t cap, int *status)
+{
+    struct fkc_status st;
+    fill_status(n, &st);
+    uint64_t now = fk_now_ns();
+    uint32_t heard = 1, quorum = n->n / 2 + 1;
+    for (uint32_t i = 0; i < n->n && i < CONS_REPLICAS_MAX; i++)
+        heard += i != n->id && n->peer_seen[i] != 0 && now - n->peer_seen[i] < SRV_HEALTH_PEER_NS;
+    char why[96] = "";
+    if (st.leader >= n->n)
+        snprintf(why, sizeof why, "no leader known");
+    else if ((st.role != FKC_ROLE_LEADER && st.role != FKC_ROLE_FOLLOWER) ||
+             !srv_net_oum_ready(n->net))
+        snprintf(why, sizeof why, "not in a view: a view change or recovery runs");
+    else if (heard < quorum)
+        snprintf(why, sizeof why, "hears from %u of %u replicas, a majority is %u", heard, n->n,
+                 quorum);
+    *status = why[0] ? 503 : 200;
+    const char *role =
+        st.role < sizeof role_names / sizeof role_names[0] ? role_names[st.role] : "";
+    if (why[0])
+        return snprintf(body, cap,
+                        "{\"health\":\"false\",\"id\":%u,\"role\":\"%s\",\"reason\":\"%s\"}\n",
+                        st.id, role, why);
+    return snprintf(body, cap,
+                    "{\"health\":\"true\",\"id\":%u,\"role\":\"%s\",\"leader\":%u,"
+                    "\"term\":%llu,\"commit\":%llu}\n",
+                    st.id, role, st.leader, (unsigned long long)st.term,
+                    (unsigned long long)st.commit);
+}
+
+static int metrics_page(void *arg, const char *path, char *body, size_t cap, const char **ctype,
+                        int *status)
 {
     struct srv_node *n = arg;
+    if (strcmp(path, "/health") == 0) {
+        *ctype = "application/json";
+        return health_page(n, body, cap, status);
+    }
     if (strcmp(path, "/metrics") != 0)
         return -1;
     *ctype = "text/plain; version=0.0.4";
@@ -456,13 +559,26 @@ static void metrics_init(struct srv_node *n)
         fk_hist_init(&n->lat[t]);
         n->m_req[t] = fk_metrics_counter(r, "flowkv_requests_total", label,
                                          "Client requests received, by operation");
-        fk_metrics_summary(r, "flowkv_request_seconds", label,
-                           "Time from a request's arrival to this replica's reply", &n->lat[t]);
+        fk_metrics_histogram(r, "flowkv_request_seconds", label,
+                             "Time from a request's arrival to this replica's reply", &n->lat[t]);
     }
     n->m_req[CONS_OP_NOOP] = n->m_req[CONS_OP_GET];
     fk_hist_init(&n->commit_lat);
-    fk_metrics_summary(r, "flowkv_lmdb_commit_seconds", "", "LMDB write transaction commits",
-                       &n->commit_lat);
+    fk_metrics_histogram(r, "flowkv_lmdb_commit_seconds", "", "LMDB write transaction commits",
+                         &n->commit_lat);
+    fk_metrics_gauge_fn(r, "flowkv_is_leader", "", "1 on the replica that leads its view or ballot",
+                        gauge_is_leader, n);
+    fk_metrics_gauge_fn(r, "flowkv_build_info", "version=\"" FK_VERSION "\"",
+                        "The release this replica runs (always 1)", gauge_one, n);
+    fk_metrics_gauge_fn(r, "process_resident_memory_bytes", "", "Resident memory size in bytes",
+                        gauge_rss_bytes, n);
+    fk_metrics_gauge_fn(r, "process_open_fds", "", "Number of open file descriptors",
+                        gauge_open_fds, n);
+    struct fk_metric *cpu =
+        fk_metrics_counter_fn(r, "process_cpu_seconds_total", "",
+                              "User and system CPU time in seconds", counter_cpu_ns, n);
+    if (cpu != NULL)
+        cpu->ns_as_seconds = 1;
     fk_metrics_gauge_fn(r, "flowkv_commit_index", "", "Highest committed log index", gauge_commit,
                         n);
     fk_metrics_gauge_fn(r, "flowkv_flow_memory_bytes", "",

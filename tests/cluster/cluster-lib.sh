@@ -25,13 +25,17 @@ metrics_addr() {
     echo "$host:$((base + 50 + $2))"
 }
 
-# metrics_of DIR ID: replica ID's metrics page (bounded 5 s).
-metrics_of() {
+# http_of DIR ID PATH: replica ID's answer to GET PATH on its metrics
+# address, status line and headers included (bounded 5 s).
+http_of() {
     local a
     a=$(metrics_addr "$1" "$2")
-    timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2" && printf "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" >&3 && cat <&3' \
-        _ "${a%:*}" "${a##*:}" 2>/dev/null | tr -d '\r'
+    timeout 5 bash -c 'exec 3<>"/dev/tcp/$1/$2" && printf "GET $3 HTTP/1.1\r\nHost: x\r\n\r\n" >&3 && cat <&3' \
+        _ "${a%:*}" "${a##*:}" "$3" 2>/dev/null | tr -d '\r'
 }
+
+# metrics_of DIR ID: replica ID's metrics page (bounded 5 s).
+metrics_of() { http_of "$1" "$2" /metrics; }
 
 # metric DIR ID SAMPLE: the value of SAMPLE (name{labels}) on replica ID's
 # metrics page, 0 when absent (bounded 5 s).

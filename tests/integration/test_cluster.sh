@@ -43,6 +43,73 @@ quota_full() { # quota_full DIR BYTES: the library and the CLI at the data quota
     "$KV" "$c" quota clear || return 4
 }
 
+# metrics_and_health DIR: every replica's /metrics parses with the
+# Prometheus client's own text-format parser (Debian's
+# python3-prometheus-client, under Debian's python3), each family's lines
+# together, request latencies as histograms, one replica with
+# flowkv_is_leader 1, build and process metrics; /health answers 200 with
+# health "true" on each.
+metrics_and_health() {
+    local i a
+    for i in 0 1 2; do
+        metrics_of "$1" $i >"$1/metrics$i.txt"
+        /usr/bin/python3 - "$1/metrics$i.txt" <<'PY' || return 1
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+raw = open(sys.argv[1]).read()
+text = raw[raw.index("# HELP"):]
+fams = {f.name: f for f in text_string_to_metric_families(text)}
+# Each family's samples in one group: a name, once left, never comes back.
+seen, last = set(), None
+for line in text.splitlines():
+    if line.startswith("#") or not line:
+        continue
+    name = line.split("{")[0].split(" ")[0]
+    for suffix in ("_bucket", "_sum", "_count"):
+        if name.endswith(suffix) and name[: -len(suffix)] in fams:
+            name = name[: -len(suffix)]
+    if name != last:
+        assert name not in seen, "family %s is split" % name
+        seen.add(name)
+        last = name
+h = fams["flowkv_request_seconds"]
+assert h.type == "histogram", h.type
+les = [s.labels["le"] for s in h.samples if s.name.endswith("_bucket") and s.labels["op"] == "put"]
+assert les[-1] == "+Inf" and len(les) > 5, les
+assert fams["flowkv_lmdb_commit_seconds"].type == "histogram"
+for f in ("flowkv_is_leader", "flowkv_build_info", "process_resident_memory_bytes", "process_open_fds"):
+    assert fams[f].type == "gauge", f
+assert fams["process_cpu_seconds"].type == "counter"
+assert fams["process_resident_memory_bytes"].samples[0].value > 1 << 20
+assert fams["flowkv_build_info"].samples[0].labels["version"]
+print(int(fams["flowkv_is_leader"].samples[0].value))
+PY
+    done >"$1/leaders.txt"
+    [ "$(awk '{ s += $1 } END { print s }' "$1/leaders.txt")" = 1 ] ||
+        { echo "flowkv_is_leader: $(tr '\n' ' ' <"$1/leaders.txt")"; return 1; }
+    for i in 0 1 2; do
+        a=$(http_of "$1" $i /health)
+        [[ $a == "HTTP/1.1 200 OK"* ]] && grep -q '"health":"true"' <<<"$a" ||
+            { echo "replica $i /health: $a"; return 1; }
+    done
+}
+
+# lone_health PROTO BASEPORT: one replica of a 3-replica cluster, alone,
+# knows no leader: /health answers 503 and says why.
+lone_health() {
+    local d=$WORK/$1-lone a=""
+    fk_local_conf "$d/cluster.conf" "$1" sync "$2"
+    start "$d" 0 --new-cluster
+    for _ in $(seq 30); do
+        a=$(http_of "$d" 0 /health)
+        [[ $a == "HTTP/1.1 503 "* ]] && break
+        sleep 0.2
+    done
+    stop "$d" 0 TERM
+    [[ $a == "HTTP/1.1 503 Service Unavailable"* ]] && grep -q '"health":"false"' <<<"$a" &&
+        grep -q '"reason":' <<<"$a" || { echo "got: $a"; return 1; }
+}
+
 # state_dump DIR PROTO: SIGUSR1 makes each replica log one line of its
 # protocol state (srv_node_dump) and keep serving; `flowkv status` shows
 # each log's end beside its commit point.
@@ -81,6 +148,10 @@ run_protocol() {
         return
     fi
     t_check "$proto: every CLI command, with its exit status" cli_ops "$d" "$proto"
+    t_check "$proto: /metrics parses as Prometheus text (families grouped, latency histograms, one leader); /health 200" \
+        metrics_and_health "$d"
+    t_check "$proto: a replica alone, with no leader, answers /health with 503 and the reason" \
+        lone_health "$proto" $((base + 200))
     t_check "$proto: SIGUSR1 logs each replica's protocol state; status shows each log's end" state_dump "$d" "$proto"
     if [ "$proto" = multipaxos ]; then
         local l0 sent

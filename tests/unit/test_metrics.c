@@ -56,6 +56,43 @@ TEST(metrics_render_every_kind)
           NULL);
 }
 
+/* Families render together even when registered interleaved (the text
+ * format's rule); a histogram's buckets are cumulative, end in +Inf and
+ * agree with _count; a name keeps one type. */
+TEST(metrics_families_grouped_and_histograms)
+{
+    fk_metrics_init(&reg);
+    fk_hist_init(&hist);
+    struct fk_metric *a = fk_metrics_counter(&reg, "fam_a_total", "op=\"get\"", "A.");
+    CHECK(fk_metrics_histogram(&reg, "lat_seconds", "op=\"get\"", "Latency.", &hist) != NULL);
+    struct fk_metric *b = fk_metrics_counter(&reg, "fam_a_total", "op=\"put\"", "A.");
+    CHECK(fk_metrics_histogram(&reg, "lat_seconds", "op=\"put\"", "Latency.", &hist) != NULL);
+    CHECK(fk_metrics_gauge(&reg, "fam_a_total", "op=\"x\"", "A.") == NULL); /* another type */
+    CHECK(a && b);
+    fk_metric_add(a, 2);
+    fk_metric_add(b, 5);
+    fk_hist_record(&hist, 30000);          /* 30 us: in every bucket from 50 us */
+    fk_hist_record(&hist, 3000000);        /* 3 ms: from 5 ms */
+    fk_hist_record(&hist, 20000000000ULL); /* 20 s: +Inf only */
+    int n = fk_metrics_render(&reg, out, sizeof out);
+    CHECK(n > 0);
+    const char *want = "# HELP fam_a_total A.\n# TYPE fam_a_total counter\n"
+                       "fam_a_total{op=\"get\"} 2\nfam_a_total{op=\"put\"} 5\n"
+                       "# HELP lat_seconds Latency.\n# TYPE lat_seconds histogram\n"
+                       "lat_seconds_bucket{op=\"get\",le=\"5e-05\"} 1\n";
+    CHECK_MSG(strncmp(out, want, strlen(want)) == 0, "got:\n%s", out);
+    const char *more[] = {"lat_seconds_bucket{op=\"get\",le=\"0.0025\"} 1\n",
+                          "lat_seconds_bucket{op=\"get\",le=\"0.005\"} 2\n",
+                          "lat_seconds_bucket{op=\"get\",le=\"10\"} 2\n",
+                          "lat_seconds_bucket{op=\"get\",le=\"+Inf\"} 3\n",
+                          "lat_seconds_count{op=\"get\"} 3\n",
+                          "lat_seconds_bucket{op=\"put\",le=\"+Inf\"} 3\n"};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        CHECK_MSG(strstr(out, more[i]) != NULL, "missing %s in:\n%s", more[i], out);
+    /* One HELP per family. */
+    CHECK(strstr(strstr(out, "# HELP lat_seconds") + 1, "# HELP lat_seconds") == NULL);
+}
+
 TEST(metrics_reject_bad_names_and_overflow)
 {
     fk_metrics_init(&reg);

@@ -16,10 +16,16 @@ static uv_async_t stop_async;
 static struct srv_http *http;
 static pthread_t loop_thread;
 
-static int handler(void *arg, const char *path, char *body, size_t cap, const char **ctype)
+static int handler(void *arg, const char *path, char *body, size_t cap, const char **ctype,
+                   int *status)
 {
     if (strcmp(path, "/metrics") == 0)
         return snprintf(body, cap, "flowkv_up 1\n");
+    if (strcmp(path, "/health") == 0) {
+        *status = 503;
+        *ctype = "application/json";
+        return snprintf(body, cap, "{\"health\":\"false\"}\n");
+    }
     if (strcmp(path, "/big") == 0) {
         memset(body, 'x', 100000);
         return 100000;
@@ -91,6 +97,9 @@ TEST(http_serves_metrics_and_errors)
     CHECK(strstr(r, "Content-Length: 12\r\n") != NULL);
     CHECK(strstr(r, "\r\n\r\nflowkv_up 1\n") != NULL);
     CHECK(strncmp(exchange("GET /nope HTTP/1.1\r\n\r\n"), "HTTP/1.1 404", 12) == 0);
+    r = exchange("GET /health HTTP/1.1\r\n\r\n");
+    CHECK_MSG(strncmp(r, "HTTP/1.1 503 Service Unavailable\r\n", 34) == 0, "got '%s'", r);
+    CHECK(strstr(r, "application/json") != NULL && strstr(r, "{\"health\":\"false\"}") != NULL);
     CHECK(strncmp(exchange("POST /metrics HTTP/1.1\r\n\r\n"), "HTTP/1.1 405", 12) == 0);
     CHECK(strncmp(exchange("garbage\r\n\r\n"), "HTTP/1.1 400", 12) == 0);
     char big[6000];
