@@ -37,7 +37,8 @@ static void usage(FILE *out)
             "options:\n"
             "  -c, --cluster PATH    cluster description (default: $FLOWKV_CLUSTER, else\n"
             "                        ./run/cluster.conf, else /etc/flowkv/cluster.conf)\n"
-            "  -t, --timeout MS      per operation, retries included (default 5000)\n"
+            "  -t, --timeout MS      per operation, retries included (default\n"
+            "                        $FLOWKV_TIMEOUT, else 5000)\n"
             "  -w, --write-out FMT   text (default) or json: get, scan and status as JSON,\n"
             "                        keys and values base64 as etcdctl writes them\n"
             "  -V, --version         print the version\n"
@@ -303,6 +304,15 @@ int main(int argc, char **argv)
     if (getenv("FLOWKV_LOG") == NULL)
         fk_log_set_level(FK_LOG_WARN); /* a command's output is its answer */
     long timeout_ms = 5000;
+    const char *env_timeout = getenv("FLOWKV_TIMEOUT");
+    if (env_timeout != NULL && *env_timeout != '\0') {
+        char *end;
+        timeout_ms = strtol(env_timeout, &end, 10);
+        if (*end != '\0' || timeout_ms < 1 || timeout_ms > 3600000) {
+            fprintf(stderr, "flowkv: FLOWKV_TIMEOUT '%s': 1..3600000 milliseconds\n", env_timeout);
+            return EXIT_USAGE;
+        }
+    }
     int c;
     while ((c = getopt_long(argc, argv, "+c:t:w:Vh", longopts, NULL)) != -1) {
         char *end;

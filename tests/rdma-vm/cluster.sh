@@ -45,6 +45,10 @@ cleanup() {
 }
 trap cleanup EXIT
 export FLOWKV_LOG=${FLOWKV_LOG:-info}
+# The CLI's timeout per operation under emulation: a 1 MiB value crosses
+# the verbs fabric in 2,048 fragments, and a get of it once took over the
+# default 5 s (TCG; the waiters' 1 ms tick, issue 26's latency path).
+export FLOWKV_TIMEOUT=20000
 export FLOWKV_FAB_COUNTERS=$WORK/client-counters.txt
 . "$ROOT/tests/cluster/cluster-lib.sh"
 . "$here/guest-lib.sh"
