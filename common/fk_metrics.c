@@ -82,26 +82,29 @@ struct fk_metric *fk_metrics_counter_fn(struct fk_metrics *r, const char *name, 
     return fk__add_fn(r, name, labels, help, FK_METRIC_COUNTER, fn, arg);
 }
 
-struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,
-                                     const char *help, const struct fk_hist *h)
+/* A summary or a histogram: both render from an fk_hist. */
+static struct fk_metric *fk__add_hist(struct fk_metrics *r, const char *name, const char *labels,
+                                      const char *help, enum fk_metric_kind kind,
+                                      const struct fk_hist *h)
 {
     if (h == NULL)
         return NULL;
-    struct fk_metric *m = fk__add(r, name, labels, help, FK_METRIC_SUMMARY);
+    struct fk_metric *m = fk__add(r, name, labels, help, kind);
     if (m)
         m->hist = h;
     return m;
 }
 
+struct fk_metric *fk_metrics_summary(struct fk_metrics *r, const char *name, const char *labels,
+                                     const char *help, const struct fk_hist *h)
+{
+    return fk__add_hist(r, name, labels, help, FK_METRIC_SUMMARY, h);
+}
+
 struct fk_metric *fk_metrics_histogram(struct fk_metrics *r, const char *name, const char *labels,
                                        const char *help, const struct fk_hist *h)
 {
-    if (h == NULL)
-        return NULL;
-    struct fk_metric *m = fk__add(r, name, labels, help, FK_METRIC_HISTOGRAM);
-    if (m)
-        m->hist = h;
-    return m;
+    return fk__add_hist(r, name, labels, help, FK_METRIC_HISTOGRAM, h);
 }
 
 struct fk__out {
