@@ -212,10 +212,10 @@ all: $(SERVER_PROG)
 tests: $(SERVER_PROG)
 # the flowkv CLI (client/cmd/flowkv_cli.c)
 CLI_PROG := $(BUILD)/bin/flowkv
-$(CLI_PROG): $(BUILD)/obj/client/cmd/flowkv_cli.o $(LIBS)
+$(CLI_PROG): $(BUILD)/obj/client/cmd/flowkv_cli.o $(BUILD)/obj/client/cmd/cli_snap.o $(LIBS)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $(filter %.o,$^) $(LIBS) $(LDLIBS)
 all: $(CLI_PROG)
 tests: $(CLI_PROG)
 

@@ -47,10 +47,12 @@
  *
  * Message bodies (little-endian, like every cons wire message):
  *   request  = u8 kind, then: FKC_OP: the protocol's client request
- *              (mpx_encode_request); FKC_STATUS: nothing.
+ *              (mpx_encode_request); FKC_STATUS: nothing; FKC_SNAP:
+ *              struct fkc_snap_req.
  *   reply    = u8 kind, then: FKC_OP: the protocol's reply message
  *              (mpx_decode_reply / nop_decode_reply read it); FKC_STATUS:
- *              struct fkc_status.
+ *              struct fkc_status; FKC_SNAP: struct fkc_snap_reply and,
+ *              for a READ, the chunk.
  *
  * Exactly-once (cons.h client table): a client id has at most one request
  * outstanding, numbered 1, 2, ...; a pipelining client uses one client id
@@ -95,7 +97,7 @@
 #define FKC_REPLY_SEG_TUPLES 8
 #define FKC_REPLY_SEGS_MAX   512 /* of 8 fragments: the replies a process waits for */
 
-enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2 };
+enum fkc_kind { FKC_OP = 1, FKC_STATUS = 2, FKC_SNAP = 3 };
 
 #define FKC_NO_TARGET 0xffffffffu
 
@@ -150,5 +152,54 @@ struct fkc_status {
     uint64_t uptime_ns;
 } __attribute__((packed));
 _Static_assert(sizeof(struct fkc_status) == 64, "status is 64 bytes");
+
+/* Backup (`flowkv snapshot save`; server/srv_backup.h): the client pulls
+ * one replica's state stream (cons.h, "The stream") a chunk per request,
+ * from one consistent view of its LMDB state (a read transaction: the
+ * replica keeps serving, MVCC), one request in flight, so the replica
+ * holds one chunk and the client's ring bounds what is in flight:
+ *   OPEN  nonce (the client's, nonzero), min_index -> index: the view's
+ *         mark, at least min_index (else FK_EAGAIN: the replica has not
+ *         applied that far yet), so that a backup holds every write
+ *         acknowledged before it began (the client passes the highest
+ *         commit point the replicas report)
+ *   READ  nonce, seq (0, 1, ...)          -> chunk seq; `last` at END; the
+ *         previous seq again is answered again (a lost reply)
+ *   CLOSE nonce                           -> the view is closed
+ * A replica keeps one backup view (another client's OPEN is FK_EBUSY
+ * until the view was idle FKC_SNAP_IDLE_NS, then it is closed). */
+enum fkc_snap_op { FKC_SNAP_OPEN = 1, FKC_SNAP_READ = 2, FKC_SNAP_CLOSE = 3 };
+
+struct fkc_snap_req {
+    uint8_t op; /* enum fkc_snap_op */
+    uint8_t pad[3];
+    uint32_t seq;
+    uint64_t nonce;
+    uint64_t min_index; /* OPEN */
+} __attribute__((packed));
+_Static_assert(sizeof(struct fkc_snap_req) == 24, "snapshot request is 24 bytes");
+
+struct fkc_snap_reply {
+    int32_t status; /* 0, or FK_EAGAIN (the view is not committed yet: ask
+                       again), FK_ECLOSED (no such view: OPEN again), FK_EBUSY,
+                       FK_EINVAL, a storage error */
+    uint8_t op, last;
+    uint8_t protocol; /* enum cons_proto */
+    uint8_t pad;
+    uint32_t seq;
+    uint32_t replica;
+    uint64_t nonce;
+    uint64_t index;
+} __attribute__((packed));
+_Static_assert(sizeof(struct fkc_snap_reply) == 32, "snapshot reply header is 32 bytes");
+
+/* A chunk aims at 64 KiB (the replica's loop pushes it at once: at
+ * loopback speed about 0.1 ms) and holds at least one record, which may
+ * be a pair with a 1 MiB value. */
+#define FKC_SNAP_WANT      (64u << 10)
+#define FKC_SNAP_CHUNK_MAX (CONS_SNAP_RECORD_MAX + FKC_SNAP_WANT)
+#define FKC_SNAP_IDLE_NS   (30ULL * 1000000000ULL)
+_Static_assert(sizeof(struct fkc_snap_reply) + FKC_SNAP_CHUNK_MAX <= FKC_MSG_MAX,
+               "a chunk fits a reply");
 
 #endif /* FKC_PROTO_H */

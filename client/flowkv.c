@@ -26,6 +26,7 @@
  * sequencer, DFI section 5.4).
  */
 #include "flowkv.h"
+#include "flowkv_snap.h"
 
 #include "fk_version.h"
 
@@ -72,7 +73,10 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define TIMERS_NS       (1000ULL * 1000ULL)   /* resends and deadlines: checked this often */
 #define FLUSH_HOLD_NS   (50ULL * 1000ULL)     /* a staged request waits for company at most this */
 #define SLEEP_MAX_NS    (500ULL * 1000000ULL) /* a thread waiting on the poller wakes by itself */
-#define REPLY_MSG_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
+/* The largest reply: an operation's, or a backup chunk (fkc_proto.h). */
+#define REPLY_OP_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
+#define REPLY_SNAP_MAX (1 + sizeof(struct fkc_snap_reply) + FKC_SNAP_CHUNK_MAX)
+#define REPLY_MSG_MAX  (REPLY_OP_MAX > REPLY_SNAP_MAX ? REPLY_OP_MAX : REPLY_SNAP_MAX)
 #define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
 /* ch->tuple holds a kv.oum message (NOPaxos) or a kind byte and an
  * encoded request (Multi-Paxos). */
@@ -135,7 +139,14 @@ struct chan {
     uint32_t leader;
     uint64_t srtt, rttvar; /* ns; srtt 0: no sample yet (resend_after) */
     uint64_t timers_at;    /* next run of timers() */
-    uint64_t status_id;
+    uint64_t status_id; /* the client id of status and backup requests */
+    struct {            /* the backup request waiting for its reply (flowkv__snap_call) */
+        int want, seen;
+        struct fkc_snap_req q;
+        struct fkc_snap_reply rep;
+        uint8_t *buf;
+        size_t cap, len;
+    } snap;
     uint32_t slots;              /* pipeline slots of its handles */
     uint32_t req_segs, oum_segs; /* ring segments its sources ask for (chan_segs) */
     uint32_t reply_segs;         /* and its reply targets grant */
@@ -1045,6 +1056,23 @@ static void on_op_reply(struct chan *ch, uint32_t from, uint64_t dst, const uint
     wake(owner);
 }
 
+/* The reply the waiting backup request asked for (same op, nonce and
+ * chunk), copied into its buffer; any other (a late answer to a resent
+ * request) is ignored. */
+static void on_snap_reply(struct chan *ch, const uint8_t *buf, size_t len)
+{
+    struct fkc_snap_reply rep;
+    memcpy(&rep, buf, sizeof(rep));
+    size_t n = len - sizeof(rep);
+    if (!ch->snap.want || ch->snap.seen || rep.op != ch->snap.q.op ||
+        rep.nonce != ch->snap.q.nonce || rep.seq != ch->snap.q.seq || n > ch->snap.cap)
+        return;
+    ch->snap.rep = rep;
+    memcpy(ch->snap.buf, buf + sizeof(rep), n);
+    ch->snap.len = n;
+    ch->snap.seen = 1;
+}
+
 static void pump_replica(struct chan *ch, uint32_t i)
 {
     struct replica *r = &ch->r[i];
@@ -1066,6 +1094,8 @@ static void pump_replica(struct chan *ch, uint32_t i)
         else if (m.buf[0] == FKC_STATUS && m.len == 1 + sizeof(struct fkc_status)) {
             memcpy(&r->status, m.buf + 1, sizeof(r->status));
             r->status_seen = 1;
+        } else if (m.buf[0] == FKC_SNAP && m.len >= 1 + sizeof(struct fkc_snap_reply)) {
+            on_snap_reply(ch, m.buf + 1, m.len - 1);
         }
     }
 }
@@ -1332,6 +1362,11 @@ const char *flowkv_error_detail(const flowkv *kv)
     return kv ? kv->detail : "";
 }
 
+void flowkv__set_detail(flowkv *kv, const char *what)
+{
+    snprintf(kv->detail, sizeof kv->detail, "%s", what);
+}
+
 int flowkv_get(flowkv *kv, const void *key, size_t klen, void *val, size_t cap, size_t *vlen)
 {
     struct flowkv_op op = {.type = FLOWKV_GET, .key = key, .klen = klen};
@@ -1518,4 +1553,48 @@ int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uin
     st->last = got.last;
     st->uptime_ns = got.uptime_ns;
     return 0;
+}
+
+/* Resent this often while unanswered: a reply the replica could not push
+ * (its push waits SRV_NET_PUSH_NS at most for the client's ring) is lost,
+ * and the replica answers a repeated READ with the same bytes. */
+#define SNAP_RESEND_NS (250ULL * 1000000ULL)
+
+int flowkv__snap_call(flowkv *kv, uint32_t id, const struct fkc_snap_req *q,
+                      struct fkc_snap_reply *rep, uint8_t *buf, size_t cap, size_t *len,
+                      uint64_t timeout_ns)
+{
+    if (kv == NULL || q == NULL || rep == NULL || id >= kv->ch->n)
+        return FK_EINVAL;
+    struct chan *ch = kv->ch;
+    struct replica *r = &ch->r[id];
+    uint8_t msg[1 + sizeof(*q)] = {FKC_SNAP};
+    memcpy(msg + 1, q, sizeof(*q));
+    uint64_t now = fk_now_ns(), deadline = now + timeout_ns, resend = now;
+    ch_lock_wanting(ch);
+    int rc = r->t == NULL ? join(ch, id) : 0;
+    ch->snap.want = 1;
+    ch->snap.seen = 0;
+    ch->snap.q = *q;
+    ch->snap.buf = buf;
+    ch->snap.cap = cap;
+    /* Bounded by the deadline: each round waits at most its slice. */
+    while (rc == 0 && !ch->snap.seen && (now = fk_now_ns()) < deadline) {
+        if (now >= resend) {
+            rc = flow_msg_send(&r->tx, 0, ch->status_id, r->idx, msg, sizeof(msg));
+            if (rc < 0)
+                break;
+            staged(ch);
+            resend = now + SNAP_RESEND_NS;
+        }
+        wait_done(kv, NULL, 0, resend < deadline ? resend : deadline);
+    }
+    int seen = ch->snap.seen;
+    *rep = ch->snap.rep;
+    *len = ch->snap.len;
+    ch->snap.want = 0;
+    ch_unlock(ch);
+    if (rc < 0)
+        fk_debug("client", "backup request to replica %u failed: %s", id, fk_strerror(rc));
+    return rc < 0 ? rc : seen ? 0 : FK_ETIMEDOUT;
 }

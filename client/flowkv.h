@@ -223,4 +223,31 @@ const char *flowkv_version(void);
  * answered) or FK_EINVAL. */
 int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uint64_t timeout_ns);
 
+/* ---- backup ------------------------------------------------------------------ */
+
+struct flowkv_snapshot_info {
+    uint32_t replica;   /* the replica that sent it */
+    char protocol[12];  /* its cluster's: "multipaxos", "nopaxos" */
+    uint64_t index;     /* its mark: every log entry <= index is in it */
+    uint64_t bytes;     /* of the state stream (the file has a little more) */
+    uint64_t chunks;    /* requests it took */
+    uint64_t checksum;  /* the file's XXH3-64 (its trailer) */
+};
+
+/* Writes a consistent snapshot of replica id's state to fd, as a backup
+ * file (`flowkv snapshot save`; restored with `flowkv-server --restore`):
+ * the replica streams one view of its state (an LMDB read transaction; it
+ * keeps serving) a chunk at a time, and the file ends with a checksum of
+ * every byte. The view holds every write acknowledged before the call
+ * (its index reaches the highest commit point the replicas report). The caller owns fd (write position: the file's start);
+ * nothing is synced. timeout_ns bounds each chunk's wait (resent while
+ * unanswered), not the whole transfer. Errors: FK_EINVAL, FK_ETIMEDOUT
+ * (the replica stopped answering), FK_EBUSY (another backup is being read
+ * from it), FK_EAGAIN (it recovers or changes view: for as long as the
+ * timeout), -errno from writing fd, a storage error from the replica;
+ * flowkv_error_detail says which step. Any thread; one call at a time per
+ * process and cluster. */
+int flowkv_snapshot_save(flowkv *kv, uint32_t id, int fd, struct flowkv_snapshot_info *info,
+                         uint64_t timeout_ns);
+
 #endif /* FLOWKV_H */

@@ -597,41 +597,71 @@ int cons_sm_restore(struct cons_sm *sm, const uint8_t *buf, size_t len)
 
 int cons_sm_pairs(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len)
 {
-    size_t all;
+    size_t all, off = 0;
+    struct cons_snap_rec r;
     int rc = cons_sm_save(sm, buf, cap, &all);
     *len = 0;
-    for (size_t p = 0; rc == 0 && p < all;) {
-        size_t n = 0;
-        switch (buf[p]) {
-        case CONS_SNAP_HEAD:
-            n = 1 + 16;
-            break;
-        case CONS_SNAP_SESSION:
-            n = 1 + 28;
-            break;
-        case CONS_SNAP_PAIR:
-            if (all - p >= 7) {
-                size_t kl = (size_t)buf[p + 1] | (size_t)buf[p + 2] << 8;
-                const uint8_t *v = buf + p + 3 + kl;
-                if (all - p - 7 >= kl)
-                    n = 7 + kl +
-                        ((size_t)v[0] | (size_t)v[1] << 8 | (size_t)v[2] << 16 |
-                         (size_t)v[3] << 24);
-            }
-            break;
-        case CONS_SNAP_END:
-            n = all - p;
-            break;
+    while (rc == 0 && (rc = cons_snap_next(buf, all, &off, &r)) == 1) {
+        if (r.tag == CONS_SNAP_PAIR) {
+            memmove(buf + *len, r.at, r.len);
+            *len += r.len;
         }
-        if (n == 0 || n > all - p)
-            return FK_EMALFORMED;
-        if (buf[p] == CONS_SNAP_PAIR) {
-            memmove(buf + *len, buf + p, n);
-            *len += n;
-        }
-        p += n;
     }
-    return rc;
+    return rc < 0 ? rc : 0;
+}
+
+static uint64_t snap_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+int cons_snap_next(const uint8_t *buf, size_t len, size_t *off, struct cons_snap_rec *r)
+{
+    size_t p = *off, left = len - p, n = 0;
+    if (p >= len)
+        return 0;
+    const uint8_t *b = buf + p;
+    *r = (struct cons_snap_rec){.tag = b[0], .at = b};
+    switch (b[0]) {
+    case CONS_SNAP_HEAD:
+    case CONS_SNAP_END:
+        n = 1 + 16;
+        if (left >= n) {
+            r->a = snap_u64(b + 1);
+            r->b = snap_u64(b + 9);
+        }
+        break;
+    case CONS_SNAP_SESSION:
+        n = 1 + 28;
+        if (left >= n)
+            r->s = (struct cons_session){.client_id = snap_u64(b + 1),
+                                         .req_no = snap_u64(b + 9),
+                                         .stamp = snap_u64(b + 17),
+                                         .status = (int32_t)((uint32_t)b[25] | (uint32_t)b[26] << 8 |
+                                                             (uint32_t)b[27] << 16 |
+                                                             (uint32_t)b[28] << 24)};
+        break;
+    case CONS_SNAP_PAIR:
+        if (left < 7)
+            return FK_EMALFORMED;
+        r->klen = (size_t)b[1] | (size_t)b[2] << 8;
+        if (left - 7 < r->klen)
+            return FK_EMALFORMED;
+        r->key = b + 3;
+        r->vlen = (size_t)b[3 + r->klen] | (size_t)b[4 + r->klen] << 8 |
+                  (size_t)b[5 + r->klen] << 16 | (size_t)b[6 + r->klen] << 24;
+        r->val = b + 7 + r->klen;
+        n = left - 7 - r->klen >= r->vlen ? 7 + r->klen + r->vlen : 0;
+        break;
+    }
+    if (n == 0 || n > left)
+        return FK_EMALFORMED;
+    r->len = n;
+    *off = p + n;
+    return 1;
 }
 
 int cons_sm_empty(struct cons_sm *sm)

@@ -248,12 +248,16 @@ struct cons_session {
 };
 
 #define CONS_SNAP_CURSOR_MAX 528 /* bytes of a stream cursor: a phase and a key */
-#define CONS_SNAP_OPEN_MAX   8   /* views one machine keeps open at once (slots 0..7) */
+#define CONS_SNAP_OPEN_MAX   9   /* views one machine keeps open at once (slots 0..8) */
 /* The largest record: a pair of the largest key and value. A chunk must
  * have room for it. */
 #define CONS_SNAP_RECORD_MAX (1 + 2 + CONS_KEY_MAX + 4 + CONS_VAL_MAX)
 _Static_assert(CONS_SNAP_CURSOR_MAX >= 1 + 2 + CONS_KEY_MAX, "a cursor holds a key");
-_Static_assert(CONS_SNAP_OPEN_MAX > CONS_REPLICAS_MAX, "a view per peer and one for the core");
+/* Slots: 0..CONS_REPLICAS_MAX-1 a view per receiving peer (cons_xfer),
+ * CONS_SM_BACKUP_SLOT the server's backup stream (`flowkv snapshot save`),
+ * CONS_SM_SAVE_SLOT cons_sm_save's. */
+#define CONS_SM_BACKUP_SLOT CONS_REPLICAS_MAX
+_Static_assert(CONS_SNAP_OPEN_MAX == CONS_REPLICAS_MAX + 2, "a view per peer, a backup, a save");
 
 typedef int (*cons_session_fn)(void *arg, const struct cons_session *s);
 typedef int (*cons_stash_fn)(void *arg, uint64_t key, const uint8_t *buf, size_t len);
@@ -531,7 +535,7 @@ int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op 
 int cons_sm_load(struct cons_sm *sm, struct cons_ctab *t, uint64_t *applied);
 
 /* The whole stream of the machine's state in one buffer (view slot
- * CONS_SNAP_OPEN_MAX - 1), and its install: the simulator's disk images
+ * CONS_SM_SAVE_SLOT), and its install: the simulator's disk images
  * of its small machines, and tests. FK_ETOOBIG when cap cannot hold it. */
 #define CONS_SM_SAVE_SLOT (CONS_SNAP_OPEN_MAX - 1)
 int cons_sm_save(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
@@ -544,6 +548,23 @@ int cons_sm_pairs(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len);
 /* Empties the machine (pairs, rows, mark 0) through an install of the
  * empty stream, so that its byte count stays right. 0 or a storage error. */
 int cons_sm_empty(struct cons_sm *sm);
+/* One record of a stream chunk, as cons_snap_next reads it: the record's
+ * bytes (at, len) and its fields. HEAD and END fill a and b (applied and
+ * clock; sessions and pairs), SESSION s, PAIR key and val. */
+struct cons_snap_rec {
+    uint8_t tag; /* enum cons_snap_tag */
+    const uint8_t *at;
+    size_t len;
+    uint64_t a, b;
+    struct cons_session s;
+    const uint8_t *key, *val;
+    size_t klen, vlen;
+};
+/* Reads the record at buf[*off] (a chunk of len bytes) and moves *off past
+ * it: 1, or 0 at the chunk's end, or FK_EMALFORMED for an unknown tag or a
+ * record cut by the chunk's end (its fields are not checked further: the
+ * installing machine does, kv_sm.h). Pure. */
+int cons_snap_next(const uint8_t *buf, size_t len, size_t *off, struct cons_snap_rec *r);
 /* Bytes of a stream holding `sessions` rows and pairs of `pair_bytes` key
  * and value bytes in all, `pairs` of them. */
 #define CONS_SNAP_BYTES(sessions, pairs, pair_bytes)                                               \

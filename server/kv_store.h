@@ -85,7 +85,7 @@
 #define KV_STORE_KEY_MAX 511
 /* The meta record naming the live set (above), and the view slots. */
 #define KV_STORE_LIVE_KEY  "sm.live"
-#define KV_STORE_VIEWS_MAX 8
+#define KV_STORE_VIEWS_MAX 9
 
 struct kv_store;
 

@@ -876,10 +876,13 @@ static int next_request(struct srv_net *net, struct srv_in *in)
     int rc = flow_msg_recv(net->req_rx, &m, 0);
     if (rc < 0)
         return rc;
-    if (m.len < 1 || m.dst == 0 || (m.buf[0] != FKC_OP && m.buf[0] != FKC_STATUS))
+    if (m.len < 1 || m.dst == 0 ||
+        (m.buf[0] != FKC_OP && m.buf[0] != FKC_STATUS && m.buf[0] != FKC_SNAP))
         return FK_EMALFORMED;
     cmap_put(net, m.dst, m.from);
-    *in = (struct srv_in){.kind = m.buf[0] == FKC_OP ? SRV_IN_REQUEST : SRV_IN_STATUS,
+    *in = (struct srv_in){.kind = m.buf[0] == FKC_OP       ? SRV_IN_REQUEST
+                                  : m.buf[0] == FKC_STATUS ? SRV_IN_STATUS
+                                                           : SRV_IN_SNAP,
                           .client_id = m.dst,
                           .buf = m.buf + 1,
                           .len = m.len - 1};

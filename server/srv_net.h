@@ -52,6 +52,7 @@ enum srv_in_kind {
     SRV_IN_PEER = 1, /* a protocol message from replica `from` */
     SRV_IN_REQUEST,  /* a client's request (FKC_OP body without the kind byte) */
     SRV_IN_STATUS,   /* a client asks for this replica's status */
+    SRV_IN_SNAP,     /* a client's backup request (struct fkc_snap_req) */
     SRV_IN_OUM,      /* NOPaxos: a sequenced request: buf = encoded cons op */
     SRV_IN_OUM_DROP, /* NOPaxos: sequence number seq never arrived (a gap), or its request
                         could not be joined or read here */

@@ -14,6 +14,7 @@
 #include "kv_store.h"
 #include "cons_core.h"
 #include "nop.h" /* the OUM messages a NOPaxos core takes */
+#include "srv_backup.h"
 #include "srv_disk.h"
 #include "srv_http.h"
 #include "srv_net.h"
@@ -49,6 +50,7 @@ struct srv_node {
     struct kv_store *store;
     struct kv_sm sm;
     struct srv_disk *disk;
+    struct srv_backup backup; /* `flowkv snapshot save` (srv_backup.h) */
     struct cons_core core;
     struct srv_net *net;
     uint64_t fed;       /* highest cookie fed as CONS_IN_PERSISTED */
@@ -220,6 +222,15 @@ static int feed(struct srv_node *n, const struct srv_in *in)
         srv_net_to_client(n->net, in->client_id, FKC_STATUS, &st, sizeof(st));
         return 0;
     }
+    case SRV_IN_SNAP: {
+        struct cons_core_status cs;
+        const uint8_t *reply;
+        size_t len;
+        n->core.ops->status(n->core.impl, &cs);
+        srv_backup_on_request(&n->backup, in->buf, in->len, &cs, fk_now_ns(), &reply, &len);
+        srv_net_to_client(n->net, in->client_id, FKC_SNAP, reply, len);
+        return 0;
+    }
     case SRV_IN_OUM:
     case SRV_IN_OUM_DROP:
     case SRV_IN_OUM_FILL:
@@ -348,6 +359,7 @@ static int batch(struct srv_node *n, int txn_open)
         struct cons_input ci = {.kind = CONS_IN_TICK};
         rc = step(n, &ci);
         srv_net_tick(n->net, now);
+        srv_backup_tick(&n->backup, now);
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
         observe_net(n);
@@ -720,6 +732,41 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
     return rc < 0 ? rc : 0;
 }
 
+/* --restore seeds a replica that holds no state (srv_backup.h): one that
+ * has a log (META) is refused, so a mistyped command never replaces a
+ * replica's data. */
+static int restore_check(struct srv_node *n, char *err, size_t errcap)
+{
+    uint8_t b;
+    size_t len = 0;
+    int rc = kv_meta_get(n->store, SRV_DISK_META_KEY, &b, sizeof b, &len);
+    if ((rc == 0 || rc == FK_ETOOBIG) && len > 0) {
+        snprintf(err, errcap,
+                 "--restore: the data directory %s holds a replica's state; restore seeds an empty "
+                 "one (move it away first)",
+                 n->o.cluster.nodes[n->id].data_dir);
+        return FK_EEXIST;
+    }
+    return rc == FK_ENOTFOUND ? 0 : rc;
+}
+
+static int restore(struct srv_node *n, char *err, size_t errcap)
+{
+    struct srv_backup_restored r;
+    uint64_t t0 = fk_now_ns();
+    int rc = srv_backup_restore(n->store, kv_sm_cons(&n->sm), n->o.restore, &r, err, errcap);
+    if (rc < 0)
+        return rc;
+    fk_info("node",
+            "restored %llu pairs from %s (checksum %016llx; index %llu of replica %u of a %s "
+            "cluster; %llu sessions left out) in %.1f s",
+            (unsigned long long)r.pairs, n->o.restore, (unsigned long long)r.file.checksum,
+            (unsigned long long)r.file.index, r.file.replica,
+            r.file.protocol == CONS_PROTO_MPX ? "multipaxos" : "nopaxos",
+            (unsigned long long)r.sessions_dropped, (double)(fk_now_ns() - t0) / 1e9);
+    return 0;
+}
+
 int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, size_t errcap)
 {
     struct srv_node *n = calloc(1, sizeof(*n));
@@ -750,12 +797,20 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
     }
     rc = kv_sm_init(&n->sm, n->store, o->quota);
     if (rc == 0)
+        rc = srv_backup_init(&n->backup, kv_sm_cons(&n->sm), n->id, (uint8_t)n->proto);
+    if (rc == 0 && o->restore != NULL)
+        rc = restore_check(n, err, errcap);
+    if (rc == FK_EEXIST)
+        return rc;
+    if (rc == 0)
         rc = srv_disk_open(&n->disk, n->store, n->proto, kv_sm_cons(&n->sm));
     if (rc < 0) {
         snprintf(err, errcap, "cannot use the data in %s: %s%s", self->data_dir, fk_strerror(rc),
                  rc == FK_ECONFIG ? " (it was written by the other protocol)" : "");
         return rc;
     }
+    if (o->restore != NULL && (rc = restore(n, err, errcap)) < 0)
+        return rc;
     /* The sequencer session grows with every start of this node (srv_net.h). */
     uint32_t session = 0;
     size_t len = 0;
@@ -805,6 +860,7 @@ void srv_node_close(struct srv_node *n)
     if (n->disk != NULL)
         srv_disk_abort(n->disk);
     cons_core_destroy(&n->core);
+    srv_backup_free(&n->backup);
     srv_disk_close(n->disk);
     kv_store_close(n->store);
     free(n->pend);

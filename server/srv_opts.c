@@ -20,6 +20,7 @@ static const struct option srv__longopts[] = {
     {"metrics", required_argument, NULL, 'm'},
     {"map-size", required_argument, NULL, 'M'},
     {"new-cluster", no_argument, NULL, 'N'},
+    {"restore", required_argument, NULL, 'R'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -42,6 +43,9 @@ void srv_opts_usage(FILE *out, const char *prog)
             "  -N, --new-cluster      first start of a brand-new cluster: an empty data\n"
             "                         directory is the truth (without it, an empty\n"
             "                         directory recovers its state from the others)\n"
+            "  -R, --restore FILE     first start of a new cluster seeded from a backup\n"
+            "                         (flowkv snapshot save): the data directory must hold\n"
+            "                         no state; start every replica so, from the same FILE\n"
             "  -h, --help             this text\n"
             "  -V, --version          print the version\n"
             "Environment: FLOWKV_FABRIC overrides the file's fabric, FLOWKV_LOG the level.\n",
@@ -79,7 +83,7 @@ static int srv__collect(int argc, char **argv, struct srv__flags *f, struct srv_
     optind = 1;
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":c:i:p:f:d:D:l:m:M:NhV", srv__longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":c:i:p:f:d:D:l:m:M:NR:hV", srv__longopts, NULL)) != -1) {
         switch (c) {
         case 'c':
             f->config = optarg;
@@ -109,6 +113,10 @@ static int srv__collect(int argc, char **argv, struct srv__flags *f, struct srv_
             f->map_size = optarg;
             break;
         case 'N':
+            o->new_cluster = 1;
+            break;
+        case 'R':
+            o->restore = optarg; /* implies --new-cluster: the file is the truth */
             o->new_cluster = 1;
             break;
         case 'h':

@@ -14,6 +14,7 @@
  *     -M, --map-size MIB       LMDB map size in MiB (default: the cluster
  *                              file's map_size, else 1024)
  *     -N, --new-cluster        first start of a new cluster (FRESH, not EMPTY)
+ *     -R, --restore FILE       the same, seeded from a backup (srv_backup.h)
  *     -h, --help / -V, --version
  *
  * Precedence: flag > file > built-in default. FLOWKV_FABRIC in the
@@ -41,6 +42,7 @@ struct srv_opts {
     uint64_t map_size; /* bytes: --map-size, else the file's map_size, else 1 GiB */
     uint64_t quota;    /* bytes: the file's quota, else SRV_QUOTA_BYTES */
     int new_cluster;   /* --new-cluster: an empty data directory starts FRESH */
+    const char *restore; /* --restore FILE (argv's), else NULL; sets new_cluster */
     int show_help;     /* --help was given: print srv_opts_usage, exit 0 */
     int show_version;  /* --version was given */
 };

@@ -2,6 +2,7 @@
 #include "fk_error.h"
 #include "fk_log.h"
 #include "fk_version.h"
+#include "cli_snap.h"
 #include "flowkv.h"
 
 #include <assert.h>
@@ -34,6 +35,12 @@ static void usage(FILE *out)
             "                        START up to END (exclusive), in key order\n"
             "  status                each replica's role, term, commit point, lag, fabric;\n"
             "                        exit 4 when a replica is unreachable or knows no leader\n"
+            "  snapshot save FILE [REPLICA]\n"
+            "                        a consistent backup of one replica's state (default: a\n"
+            "                        follower) into FILE, checksummed; restore it with\n"
+            "                        flowkv-server --restore FILE on every replica of a\n"
+            "                        new cluster\n"
+            "  snapshot status FILE  check FILE whole and print what it holds\n"
             "options:\n"
             "  -c, --cluster PATH    cluster description (default: $FLOWKV_CLUSTER, else\n"
             "                        ./run/cluster.conf, else /etc/flowkv/cluster.conf)\n"
@@ -58,6 +65,7 @@ static const struct command {
     {"cas", 3, 3, "KEY EXPECTED NEW"},
     {"scan", 0, 3, "[START [COUNT [END]]]"},
     {"status", 0, 0, ""},
+    {"snapshot", 2, 3, "save FILE [REPLICA] or status FILE"},
 };
 
 static int json; /* -w json */
@@ -231,6 +239,8 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
         return cmd_status(kv, timeout_ns < 2000000000ULL ? timeout_ns : 2000000000ULL);
     if (strcmp(cmd, "scan") == 0)
         return cmd_scan(kv, argc, argv);
+    if (strcmp(cmd, "snapshot") == 0)
+        return cli_snapshot(kv, argc, argv, timeout_ns, json);
     if (strcmp(cmd, "get") == 0 && argc == 1) {
         rc = flowkv_get(kv, argv[0], strlen(argv[0]), val, sizeof(val), &vlen);
         if (rc < 0)
@@ -287,7 +297,8 @@ static int check_command(const char *cmd, int argc)
                 *commands[i].args ? commands[i].args : "no arguments", argc);
         return EXIT_USAGE;
     }
-    fprintf(stderr, "flowkv: unknown command '%s' (get, put, del, cas, scan, status; --help)\n",
+    fprintf(stderr,
+            "flowkv: unknown command '%s' (get, put, del, cas, scan, status, snapshot; --help)\n",
             cmd);
     return EXIT_USAGE;
 }
@@ -352,6 +363,8 @@ int main(int argc, char **argv)
     int bad = check_command(argv[optind], argc - optind - 1);
     if (bad != EXIT_OK)
         return bad;
+    if (strcmp(argv[optind], "snapshot") == 0 && strcmp(argv[optind + 1], "save") != 0)
+        return cli_snapshot(NULL, argc - optind - 1, argv + optind + 1, 0, json); /* no cluster */
     path = cluster_path(path);
     struct flowkv_opts o = {.timeout_ns = (uint64_t)timeout_ms * 1000000ULL};
     char err[512];
