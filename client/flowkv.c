@@ -74,9 +74,9 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define FLUSH_HOLD_NS   (50ULL * 1000ULL)     /* a staged request waits for company at most this */
 #define SLEEP_MAX_NS    (500ULL * 1000000ULL) /* a thread waiting on the poller wakes by itself */
 /* The largest reply: an operation's, or a backup chunk (fkc_proto.h). */
-#define REPLY_OP_MAX   (1 + 64 + CONS_WIRE_REPLY_MAX)
-#define REPLY_SNAP_MAX (1 + sizeof(struct fkc_snap_reply) + FKC_SNAP_CHUNK_MAX)
-#define REPLY_MSG_MAX  (REPLY_OP_MAX > REPLY_SNAP_MAX ? REPLY_OP_MAX : REPLY_SNAP_MAX)
+#define REPLY_OP_MAX    (1 + 64 + CONS_WIRE_REPLY_MAX)
+#define REPLY_SNAP_MAX  (1 + sizeof(struct fkc_snap_reply) + FKC_SNAP_CHUNK_MAX)
+#define REPLY_MSG_MAX   (REPLY_OP_MAX > REPLY_SNAP_MAX ? REPLY_OP_MAX : REPLY_SNAP_MAX)
 #define DEFAULT_TIMEOUT (5ULL * 1000000000ULL)
 /* ch->tuple holds a kv.oum message (NOPaxos) or a kind byte and an
  * encoded request (Multi-Paxos). */
@@ -139,8 +139,8 @@ struct chan {
     uint32_t leader;
     uint64_t srtt, rttvar; /* ns; srtt 0: no sample yet (resend_after) */
     uint64_t timers_at;    /* next run of timers() */
-    uint64_t status_id; /* the client id of status and backup requests */
-    struct {            /* the backup request waiting for its reply (flowkv__snap_call) */
+    uint64_t status_id;    /* the client id of status and backup requests */
+    struct {               /* the backup request waiting for its reply (flowkv__snap_call) */
         int want, seen;
         struct fkc_snap_req q;
         struct fkc_snap_reply rep;

@@ -226,12 +226,12 @@ int flowkv_status(flowkv *kv, uint32_t id, struct flowkv_replica_status *st, uin
 /* ---- backup ------------------------------------------------------------------ */
 
 struct flowkv_snapshot_info {
-    uint32_t replica;   /* the replica that sent it */
-    char protocol[12];  /* its cluster's: "multipaxos", "nopaxos" */
-    uint64_t index;     /* its mark: every log entry <= index is in it */
-    uint64_t bytes;     /* of the state stream (the file has a little more) */
-    uint64_t chunks;    /* requests it took */
-    uint64_t checksum;  /* the file's XXH3-64 (its trailer) */
+    uint32_t replica;  /* the replica that sent it */
+    char protocol[12]; /* its cluster's: "multipaxos", "nopaxos" */
+    uint64_t index;    /* its mark: every log entry <= index is in it */
+    uint64_t bytes;    /* of the state stream (the file has a little more) */
+    uint64_t chunks;   /* requests it took */
+    uint64_t checksum; /* the file's XXH3-64 (its trailer) */
 };
 
 /* Writes a consistent snapshot of replica id's state to fd, as a backup
@@ -239,8 +239,8 @@ struct flowkv_snapshot_info {
  * the replica streams one view of its state (an LMDB read transaction; it
  * keeps serving) a chunk at a time, and the file ends with a checksum of
  * every byte. The view holds every write acknowledged before the call
- * (its index reaches the highest commit point the replicas report). The caller owns fd (write position: the file's start);
- * nothing is synced. timeout_ns bounds each chunk's wait (resent while
+ * (its index reaches the highest commit point the replicas report). The caller owns fd (write
+ * position: the file's start); nothing is synced. timeout_ns bounds each chunk's wait (resent while
  * unanswered), not the whole transfer. Errors: FK_EINVAL, FK_ETIMEDOUT
  * (the replica stopped answering), FK_EBUSY (another backup is being read
  * from it), FK_EAGAIN (it recovers or changes view: for as long as the

@@ -85,8 +85,8 @@ static int stream(struct save *s, int fd, struct flowkv_snapshot_info *info)
     clock_gettime(CLOCK_REALTIME, &now);
     struct fk_snapfile_info fi = {.replica = s->rep.replica,
                                   .index = s->rep.index,
-                                  .created_ns = (uint64_t)now.tv_sec * 1000000000ULL +
-                                                (uint64_t)now.tv_nsec,
+                                  .created_ns =
+                                      (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec,
                                   .protocol = s->rep.protocol};
     struct fk_snapfile_w w;
     rc = fk_snapfile_begin(&w, fd, &fi);

@@ -203,7 +203,8 @@ static int r_trailer(struct fk_snapfile_r *r, struct fk_snapfile_info *info)
     int rc = r_in(r, t, 16);
     uint64_t sum = XXH3_64bits_digest(r->xxh);
     if (rc == 0)
-        rc = read_all(r->fd, t + 16, 8) == 1 ? 0 : r_fail(r, FK_EMALFORMED, "the file is cut short");
+        rc =
+            read_all(r->fd, t + 16, 8) == 1 ? 0 : r_fail(r, FK_EMALFORMED, "the file is cut short");
     if (rc < 0)
         return rc;
     if (get64(t) != r->frames || get64(t + 8) != r->bytes)

@@ -601,13 +601,15 @@ int cons_sm_pairs(struct cons_sm *sm, uint8_t *buf, size_t cap, size_t *len)
     struct cons_snap_rec r;
     int rc = cons_sm_save(sm, buf, cap, &all);
     *len = 0;
-    while (rc == 0 && (rc = cons_snap_next(buf, all, &off, &r)) == 1) {
+    if (rc < 0)
+        return rc;
+    while ((rc = cons_snap_next(buf, all, &off, &r)) == 1) {
         if (r.tag == CONS_SNAP_PAIR) {
             memmove(buf + *len, r.at, r.len);
             *len += r.len;
         }
     }
-    return rc < 0 ? rc : 0;
+    return rc;
 }
 
 static uint64_t snap_u64(const uint8_t *p)
@@ -637,12 +639,12 @@ int cons_snap_next(const uint8_t *buf, size_t len, size_t *off, struct cons_snap
     case CONS_SNAP_SESSION:
         n = 1 + 28;
         if (left >= n)
-            r->s = (struct cons_session){.client_id = snap_u64(b + 1),
-                                         .req_no = snap_u64(b + 9),
-                                         .stamp = snap_u64(b + 17),
-                                         .status = (int32_t)((uint32_t)b[25] | (uint32_t)b[26] << 8 |
-                                                             (uint32_t)b[27] << 16 |
-                                                             (uint32_t)b[28] << 24)};
+            r->s = (struct cons_session){
+                .client_id = snap_u64(b + 1),
+                .req_no = snap_u64(b + 9),
+                .stamp = snap_u64(b + 17),
+                .status = (int32_t)((uint32_t)b[25] | (uint32_t)b[26] << 8 | (uint32_t)b[27] << 16 |
+                                    (uint32_t)b[28] << 24)};
         break;
     case CONS_SNAP_PAIR:
         if (left < 7)

@@ -10,20 +10,13 @@
 #include <string.h>
 
 static const struct option srv__longopts[] = {
-    {"config", required_argument, NULL, 'c'},
-    {"id", required_argument, NULL, 'i'},
-    {"protocol", required_argument, NULL, 'p'},
-    {"fabric", required_argument, NULL, 'f'},
-    {"data-dir", required_argument, NULL, 'd'},
-    {"durability", required_argument, NULL, 'D'},
-    {"log-level", required_argument, NULL, 'l'},
-    {"metrics", required_argument, NULL, 'm'},
-    {"map-size", required_argument, NULL, 'M'},
-    {"new-cluster", no_argument, NULL, 'N'},
-    {"restore", required_argument, NULL, 'R'},
-    {"help", no_argument, NULL, 'h'},
-    {"version", no_argument, NULL, 'V'},
-    {NULL, 0, NULL, 0},
+    {"config", required_argument, NULL, 'c'},    {"id", required_argument, NULL, 'i'},
+    {"protocol", required_argument, NULL, 'p'},  {"fabric", required_argument, NULL, 'f'},
+    {"data-dir", required_argument, NULL, 'd'},  {"durability", required_argument, NULL, 'D'},
+    {"log-level", required_argument, NULL, 'l'}, {"metrics", required_argument, NULL, 'm'},
+    {"map-size", required_argument, NULL, 'M'},  {"new-cluster", no_argument, NULL, 'N'},
+    {"restore", required_argument, NULL, 'R'},   {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},         {NULL, 0, NULL, 0},
 };
 
 void srv_opts_usage(FILE *out, const char *prog)

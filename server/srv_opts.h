@@ -39,12 +39,12 @@ struct srv_opts {
     struct fk_cluster_conf cluster; /* the file, with overrides applied */
     uint32_t id;                    /* this replica */
     enum fk_log_level log_level;
-    uint64_t map_size; /* bytes: --map-size, else the file's map_size, else 1 GiB */
-    uint64_t quota;    /* bytes: the file's quota, else SRV_QUOTA_BYTES */
-    int new_cluster;   /* --new-cluster: an empty data directory starts FRESH */
+    uint64_t map_size;   /* bytes: --map-size, else the file's map_size, else 1 GiB */
+    uint64_t quota;      /* bytes: the file's quota, else SRV_QUOTA_BYTES */
+    int new_cluster;     /* --new-cluster: an empty data directory starts FRESH */
     const char *restore; /* --restore FILE (argv's), else NULL; sets new_cluster */
-    int show_help;     /* --help was given: print srv_opts_usage, exit 0 */
-    int show_version;  /* --version was given */
+    int show_help;       /* --help was given: print srv_opts_usage, exit 0 */
+    int show_version;    /* --version was given */
 };
 
 /* Parses argv and loads the cluster file. Returns 0 (check show_help and

@@ -153,16 +153,15 @@ static int status(const char *path, int json)
         why = fk_snapfile_why(&r);
     }
     close(fd);
-    if (rc == 0 && (c.heads != 1 || c.ends != 1 || c.end_pairs != c.pairs ||
-                    c.end_sessions != c.sessions)) {
+    if (rc == 0 &&
+        (c.heads != 1 || c.ends != 1 || c.end_pairs != c.pairs || c.end_sessions != c.sessions)) {
         rc = FK_EMALFORMED;
         why = "the stream's counts do not match its records";
     }
     uint64_t digest = c.digest ? XXH3_64bits_digest(c.digest) : 0;
     XXH3_freeState(c.digest);
     if (rc < 0) {
-        fprintf(stderr, "flowkv: snapshot status: %s: %s%s%s%s\n", path, fk_strerror(rc),
-                *why ? " (" : "", why, *why ? ")" : "");
+        fprintf(stderr, "flowkv: snapshot status: %s: %s\n", path, *why ? why : fk_strerror(rc));
         return EXIT_ERROR;
     }
     const char *proto = fi.protocol == CONS_PROTO_MPX ? "multipaxos" : "nopaxos";
@@ -185,10 +184,10 @@ static int status(const char *path, int json)
     printf("file          %s\nreplica       %u\nprotocol      %s\nindex         %llu\n"
            "created       %s\npairs         %llu\nsessions      %llu\ndata_bytes    %llu\n"
            "stream_bytes  %llu\nchecksum      %016llx (ok)\npairs_digest  %016llx\n",
-           path, fi.replica, proto, (unsigned long long)fi.index, when,
-           (unsigned long long)c.pairs, (unsigned long long)c.sessions,
-           (unsigned long long)c.data_bytes, (unsigned long long)fi.bytes,
-           (unsigned long long)fi.checksum, (unsigned long long)digest);
+           path, fi.replica, proto, (unsigned long long)fi.index, when, (unsigned long long)c.pairs,
+           (unsigned long long)c.sessions, (unsigned long long)c.data_bytes,
+           (unsigned long long)fi.bytes, (unsigned long long)fi.checksum,
+           (unsigned long long)digest);
     return EXIT_OK;
 }
 

@@ -212,6 +212,7 @@ TEST(restore_installs_the_pairs_alone)
     save_file(&sm);
     size_t want, have;
     CHECK_OK(cons_sm_pairs(&sm, whole, sizeof whole, &want));
+    CHECK(want > 1000 * 200); /* every pair, each more than its value */
     memcpy(got, whole, want);
 
     open_store();
