@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# test_rolling_restart.sh: `flowkv-deploy restart` (issue 28 item 4)
+# restarts a deployed 3-replica cluster one replica at a time, followers
+# first and the leader last, each waited for until it serves again, while
+# kv_history's clients run: for each protocol, no operation fails (each
+# client waits up to 5 s, the library's default, for an answer), the
+# history is linearizable, and the longest time no client got an answer
+# during the restart is printed (the unavailability figure). Runs through
+# the deploy script's local runner (test_deploy.sh); every process is
+# stopped by the script's own down, then by PID from its pid files.
+set -u
+. "$(dirname "$0")/../lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+D=$ROOT/deploy/flowkv-deploy
+B=${BUILD:-$ROOT/build}
+case $B in /*) ;; *) B=$ROOT/$B ;; esac
+HIST=$B/tests-aux/kv_history
+WORK=$(mktemp -d /tmp/fkrolling.XXXXXX)
+histpid=""
+cleanup() {
+    [ -n "$histpid" ] && kill -KILL "$histpid" 2>/dev/null
+    for f in "$WORK"/*/hosts/*/run/flowkv-*.pid; do
+        [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+export FLOWKV_LOG=warn
+
+# gap_ms HISTORY FROM TO: the longest time in [FROM, TO] (CLOCK_MONOTONIC
+# ns) without an answered operation, in ms.
+gap_ms() {
+    awk -v from="$2" -v to="$3" '!/^#/ && $6 != "unknown" && $9 >= from && $9 <= to { print $9 }' "$1" |
+        sort -n | awk -v from="$2" -v to="$3" '
+            BEGIN { last = from; g = 0 }
+            { if ($1 - last > g) g = $1 - last; last = $1 }
+            END { if (to - last > g) g = to - last; printf "%d\n", g / 1000000 }'
+}
+
+for proto in multipaxos nopaxos; do
+    w=$WORK/$proto
+    mkdir -p "$w"
+    base=$(fk_base_port)
+    {
+        echo "[cluster]"
+        echo "protocol = $proto"
+        echo "durability = sync"
+        echo "token = rolling-test-token-012345"
+        echo "sequencers = 2, 1, 0"
+        for i in 0 1 2; do
+            printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
+                $i $((base + i)) $i $i
+        done
+    } >"$w/cluster.conf"
+    dep() { timeout 240 "$D" -c "$w/cluster.conf" --runner local --root "$w/hosts" "$@"; }
+    if ! out=$(dep up 2>&1); then
+        t_fail "$proto: flowkv-deploy up" "$(tail -n 3 <<<"$out")"
+        continue
+    fi
+    "$HIST" "$w/cluster.conf" run "$w/hist" --clients 4 --keys 8 --seconds 30 --timeout-ms 5000 \
+        >"$w/hist.out" 2>&1 &
+    histpid=$!
+    sleep 2
+    t0=$("$HIST" now)
+    dep restart >"$w/restart.out" 2>&1
+    rc=$?
+    t1=$("$HIST" now)
+    if [ "$rc" = 0 ] && [ "$(grep -c 'serves again after' "$w/restart.out")" = 3 ] &&
+        [ "$(grep 'restarting replica' "$w/restart.out" | tail -n 1 | grep -c 'the leader')" = 1 ]; then
+        t_ok "$proto: flowkv-deploy restart, the leader last: $(grep -o 'replica [0-9] serves again after [0-9]* ms' "$w/restart.out" | tr '\n' ',' | sed 's/,$//')"
+    else
+        t_fail "$proto: flowkv-deploy restart" "rc=$rc $(tail -n 3 "$w/restart.out" | tr '\n' ' ')"
+    fi
+    wait "$histpid"
+    histpid=""
+    failed=$(sed -n 's/.*failed=\([0-9]*\).*/\1/p' "$w/hist.out" | head -n 1)
+    ops=$(sed -n 's/.*ops=\([0-9]*\).*/\1/p' "$w/hist.out" | head -n 1)
+    if [ "${failed:-x}" = 0 ] && [ "${ops:-0}" -gt 0 ]; then
+        t_ok "$proto: no operation failed during the rolling restart ($ops answered)"
+    else
+        t_fail "$proto: no failed operation" "$(head -c 300 "$w/hist.out")"
+    fi
+    t_check "$proto: the history through the rolling restart is linearizable" "$HIST" check "$w/hist"
+    g=$(gap_ms "$w/hist" "$t0" "$t1")
+    t_ok "$proto: unavailability during the rolling restart: longest time without an answer ${g} ms (restart took $(((t1 - t0) / 1000000)) ms)"
+    dep down >/dev/null 2>&1
+done
+t_done
