@@ -1,6 +1,7 @@
 /* fk_log.c: leveled logging, one write(2) per line. */
 #include "fk_log.h"
 
+#include "fk_assert.h"
 #include "fk_error.h"
 
 #include <stdatomic.h>
@@ -135,4 +136,12 @@ void fk_log(enum fk_log_level level, const char *component, const char *fmt, ...
     va_start(ap, fmt);
     fk_vlog(level, component, fmt, ap);
     va_end(ap);
+}
+
+/* FK_ASSERT's failure (fk_assert.h): logged like any error line, then
+ * abort(). */
+_Noreturn void fk__assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    fk_log(FK_LOG_ERROR, "assert", "assertion failed: %s (%s:%d, %s)", expr, file, line, func);
+    abort();
 }

@@ -4,7 +4,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +19,7 @@ static uint64_t mix64(uint64_t x)
 void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t key_len,
                   const void *val, uint32_t val_len, const void *exp, uint32_t exp_len)
 {
-    assert(key_len <= CONS_KEY_MAX);
+    FK_ASSERT(key_len <= CONS_KEY_MAX);
     memset(op, 0, CONS_OP_HEAD);
     op->type = type;
     op->key_len = (uint16_t)key_len;
@@ -28,7 +28,7 @@ void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t ke
     op->ext = NULL;
     if (cons_op_nbytes(op) > CONS_OP_INLINE) {
         /* The caller's bytes, one after another (cons_op_init's contract). */
-        assert((const uint8_t *)val == (const uint8_t *)key + key_len || val_len == 0);
+        FK_ASSERT((const uint8_t *)val == (const uint8_t *)key + key_len || val_len == 0);
         op->ext = key;
         return;
     }
@@ -66,7 +66,7 @@ int cons_op_store(struct cons_op *dst, struct cons_big *big, struct cons_bigpool
         big->cap = (uint32_t)n;
         pool->held += more;
     }
-    assert(src->ext != big->p); /* a store into itself would read what it writes */
+    FK_ASSERT(src->ext != big->p); /* a store into itself would read what it writes */
     memcpy(big->p, cons_op_key(src), n);
     memcpy(dst, src, CONS_OP_HEAD);
     dst->ext = big->p;
@@ -77,7 +77,7 @@ void cons_big_free(struct cons_big *big, struct cons_bigpool *pool)
 {
     if (big->p == NULL)
         return;
-    assert(pool->held >= big->cap);
+    FK_ASSERT(pool->held >= big->cap);
     pool->held -= big->cap;
     free(big->p);
     big->p = NULL;
@@ -127,13 +127,13 @@ static uint32_t ctab_slot(const struct cons_ctab_key *keys, uint32_t slots, uint
         if (keys[i].client_id == client_id || keys[i].client_id == 0)
             return i;
     }
-    assert(0 && "client table without an empty slot");
+    FK_ASSERT(0 && "client table without an empty slot");
     return 0;
 }
 
 struct cons_ctab_row *cons_ctab_find(struct cons_ctab *t, uint64_t client_id)
 {
-    assert(client_id != 0);
+    FK_ASSERT(client_id != 0);
     uint32_t i = ctab_slot(t->keys, t->slots, client_id);
     return t->keys[i].client_id == client_id ? &t->rows[i] : NULL;
 }
@@ -244,7 +244,7 @@ static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t use
     } else {
         ctab_unlink(t, i);
     }
-    assert(t->used <= t->cap && t->keys[i].client_id == client_id);
+    FK_ASSERT(t->used <= t->cap && t->keys[i].client_id == client_id);
     t->keys[i].used = used;
     ctab_link(t, i);
     return i;
@@ -253,7 +253,7 @@ static uint32_t ctab_claim(struct cons_ctab *t, uint64_t client_id, uint64_t use
 int cons_ctab_put(struct cons_ctab *t, uint64_t client_id, uint64_t req_no, int32_t status,
                   uint64_t used)
 {
-    assert(client_id != 0 && req_no != 0 && status <= 0);
+    FK_ASSERT(client_id != 0 && req_no != 0 && status <= 0);
     int evicted;
     uint32_t i = ctab_claim(t, client_id, used, &evicted);
     t->rows[i].req_no = req_no;
@@ -312,7 +312,7 @@ int cons_ctab_save(const struct cons_ctab *t, uint8_t *buf, size_t cap, size_t *
         cons_w_u64(&w, t->rows[i].req_no);
         cons_w_u32(&w, (uint32_t)t->rows[i].status);
     }
-    assert(n == t->used);
+    FK_ASSERT(n == t->used);
     if (w.err)
         return FK_ETOOBIG;
     *len = w.len;
@@ -403,12 +403,12 @@ int cons_ctab_load(struct cons_ctab *t, const uint8_t *buf, size_t len)
         cons_r_u64(&r);               /* the stamp, already placed */
         uint64_t id = cons_r_u64(&r); /* validated above */
         uint32_t s = ctab_slot(t->keys, t->slots, id);
-        assert(t->keys[s].client_id == id);
+        FK_ASSERT(t->keys[s].client_id == id);
         t->rows[s].req_no = cons_r_u64(&r);
         t->rows[s].status = (int32_t)cons_r_u32(&r);
         t->order[i] = s;
     }
-    assert(r.err == 0);
+    FK_ASSERT(r.err == 0);
     ctab_link_all(t, n);
     t->used = n;
     t->ops = ops;
@@ -438,7 +438,7 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
 static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t client_id)
 {
     uint32_t i = ctab_slot(t->keys, t->slots, client_id);
-    assert(t->keys[i].client_id == client_id);
+    FK_ASSERT(t->keys[i].client_id == client_id);
     struct cons_session s = {.client_id = client_id,
                              .req_no = t->rows[i].req_no,
                              .stamp = t->keys[i].used,
@@ -454,7 +454,7 @@ static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t 
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply)
 {
-    assert(op->type != CONS_OP_NOOP && op->client_id != 0);
+    FK_ASSERT(op->type != CONS_OP_NOOP && op->client_id != 0);
     struct cons_ctab_row *row;
     enum ctab_verdict v = ctab_judge(t, op, &row);
     if (v == CTAB_OLD)
@@ -485,7 +485,8 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     if (rc < 0)
         return rc;
     /* A write's reply carries data only as the detail of an error. */
-    assert(reply->len <= CONS_REPLY_MAX && (cons_op_reads(op) || reply->status < 0 || !reply->len));
+    FK_ASSERT(reply->len <= CONS_REPLY_MAX &&
+              (cons_op_reads(op) || reply->status < 0 || !reply->len));
     cons_ctab_put(t, op->client_id, op->req_no, cons_op_reads(op) ? FK_EUNKEPT : reply->status,
                   ++t->ops);
     rc = ctab_write_through(sm, t, op->client_id);
@@ -494,7 +495,7 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
 
 int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op)
 {
-    assert(cons_op_reads(op) && op->client_id != 0);
+    FK_ASSERT(cons_op_reads(op) && op->client_id != 0);
     struct cons_ctab_row *row;
     enum ctab_verdict v = ctab_judge(t, op, &row);
     if (v != CTAB_NEW)
@@ -689,8 +690,8 @@ uint8_t *cons_outbox_alloc(struct cons_outbox *ob, size_t len)
 
 int cons_outbox_msg(struct cons_outbox *ob, struct cons_addr to, const uint8_t *buf, uint32_t len)
 {
-    assert(buf == ob->arena + ob->arena_used);
-    assert(len <= ob->arena_cap - ob->arena_used);
+    FK_ASSERT(buf == ob->arena + ob->arena_used);
+    FK_ASSERT(len <= ob->arena_cap - ob->arena_used);
     if (ob->nmsgs >= CONS_OUT_MSGS_MAX) {
         ob->dropped++;
         return FK_EFULL;

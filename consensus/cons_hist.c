@@ -3,7 +3,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,7 +54,7 @@ void cons_hist_reset(struct cons_hist *h, uint64_t index)
 static void drop_oldest(struct cons_hist *h)
 {
     uint32_t len;
-    assert(h->lo < h->hi);
+    FK_ASSERT(h->lo < h->hi);
     ring_read(h, h->head, (uint8_t *)&len, 4);
     h->head += 4 + (uint64_t)len;
     h->lo++;
@@ -62,7 +62,7 @@ static void drop_oldest(struct cons_hist *h)
 
 void cons_hist_add(struct cons_hist *h, uint64_t index, const void *bytes, uint32_t len)
 {
-    assert(len >= 1 && index >= 1);
+    FK_ASSERT(len >= 1 && index >= 1);
     if (!h->ring)
         return;
     if (index != h->hi + 1)

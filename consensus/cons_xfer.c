@@ -3,7 +3,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 int cons_xfer_init(struct cons_xfer *x, const struct cons_xfer_config *cfg, struct cons_sm sm,
@@ -78,7 +78,7 @@ static int restart(struct cons_xfer *x, uint32_t from, uint64_t now)
 
 int cons_xfer_start(struct cons_xfer *x, uint32_t from, uint64_t min_index, uint64_t now)
 {
-    assert(from < x->cfg.n && from != x->cfg.id);
+    FK_ASSERT(from < x->cfg.n && from != x->cfg.id);
     x->min_index = min_index;
     x->stats.started++;
     return restart(x, from, now);
@@ -201,7 +201,7 @@ static int send_chunk(struct cons_xfer *x, uint32_t to, uint32_t seq)
 {
     struct cons_xfer_send *s = &x->send[to];
     uint32_t k = seq - s->base;
-    assert(k < x->cfg.window + 1);
+    FK_ASSERT(k < x->cfg.window + 1);
     uint8_t cur[CONS_SNAP_CURSOR_MAX];
     size_t clen = s->cursor_len[k], len = 0;
     memcpy(cur, s->cursor[k], clen);

@@ -4,7 +4,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -133,7 +133,7 @@ static uint32_t lower_bound(const struct kv_mem *kv, const uint8_t *k, size_t kl
 
 static void set_val(struct kv_row *row, const uint8_t *v, uint32_t vlen)
 {
-    assert(vlen <= KV_MEM_VAL_MAX);
+    FK_ASSERT(vlen <= KV_MEM_VAL_MAX);
     row->vlen = vlen;
     memcpy(row->val, v, vlen);
 }
@@ -161,7 +161,7 @@ static void do_scan(const struct kv_mem *kv, const struct cons_op *op, uint32_t 
                     struct cons_reply *reply)
 {
     struct cons_wbuf w;
-    assert(reply->cap >= CONS_REPLY_MAX);
+    FK_ASSERT(reply->cap >= CONS_REPLY_MAX);
     cons_wbuf_init(&w, reply->data, reply->cap);
     if ((op->scan_flags & CONS_SCAN_AFTER) && i < kv->live.n &&
         kv_key_cmp(kv->live.rows[i].key, kv->live.rows[i].klen, cons_op_key(op), op->key_len) == 0)
@@ -178,7 +178,7 @@ static void do_scan(const struct kv_mem *kv, const struct cons_op *op, uint32_t 
         cons_w_u32(&w, row->vlen);
         cons_w_bytes(&w, row->val, row->vlen);
     }
-    assert(w.err == 0);
+    FK_ASSERT(w.err == 0);
     reply->len = (uint32_t)w.len;
 }
 
@@ -436,7 +436,7 @@ static int kv_snap_read(void *impl, uint32_t slot, uint8_t *cursor, size_t *curs
             phase = CUR_DONE;
         }
     }
-    assert(w.err == 0);
+    FK_ASSERT(w.err == 0);
     *len = w.len;
     /* The position after what was written. */
     cursor[0] = phase;

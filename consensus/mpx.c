@@ -5,7 +5,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,7 +197,7 @@ static void hist_add(struct mpx *r, const struct mpx_slot *s)
     struct cons_wbuf w;
     cons_wbuf_init(&w, r->hist_scratch, MPX_ENTRY_MAX);
     mpx__put_entry(&w, s);
-    assert(!w.err);
+    FK_ASSERT(!w.err);
     cons_hist_add(&r->hist, s->index, w.p, (uint32_t)w.len);
 }
 
@@ -377,7 +377,7 @@ void mpx__apply_committed(struct mpx *r)
     uint64_t from = r->applied;
     while (r->applied < r->commit && !r->poisoned) {
         const struct mpx_slot *s = mpx__cslot(r, r->applied + 1);
-        assert(s && s->chosen);
+        FK_ASSERT(s && s->chosen);
         for (uint8_t k = 0; k < s->nops; k++) {
             if (s->ops[k].type == CONS_OP_NOOP)
                 continue;
@@ -579,50 +579,50 @@ int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct co
 
 void mpx_invariants(const struct mpx *r)
 {
-    assert(r->applied <= r->commit);
+    FK_ASSERT(r->applied <= r->commit);
     /* A recovering replica's log starts past its state until phase 3's
      * transfer brings the state (mpx_recover.c). */
-    assert(r->snap_index <= r->applied || r->role == MPX_RECOVERING);
-    assert(r->commit <= r->last || r->commit == r->snap_index);
-    assert(r->durable <= r->next_cookie);
-    assert(r->held_n <= MPX_HELD_MAX);
-    assert(r->pend_n <= r->cfg.pending_max);
+    FK_ASSERT(r->snap_index <= r->applied || r->role == MPX_RECOVERING);
+    FK_ASSERT(r->commit <= r->last || r->commit == r->snap_index);
+    FK_ASSERT(r->durable <= r->next_cookie);
+    FK_ASSERT(r->held_n <= MPX_HELD_MAX);
+    FK_ASSERT(r->pend_n <= r->cfg.pending_max);
     /* The crash vector's own entry is this incarnation's generation; a
      * replica that has recovered never proposes at another's ballot. */
-    assert(r->role == MPX_RECOVERING || r->known[r->cfg.id] == r->gen);
+    FK_ASSERT(r->role == MPX_RECOVERING || r->known[r->cfg.id] == r->gen);
     if (r->role == MPX_LEADER) {
-        assert((r->promised >> 8 & MPX_GEN_MASK) == (r->gen & MPX_GEN_MASK));
-        assert(r->promised % 256 == r->cfg.id && r->leader == r->cfg.id);
-        assert(r->next_index > r->commit && r->next_index <= r->snap_index + r->cfg.log_cap + 1);
+        FK_ASSERT((r->promised >> 8 & MPX_GEN_MASK) == (r->gen & MPX_GEN_MASK));
+        FK_ASSERT(r->promised % 256 == r->cfg.id && r->leader == r->cfg.id);
+        FK_ASSERT(r->next_index > r->commit && r->next_index <= r->snap_index + r->cfg.log_cap + 1);
     } else {
-        assert(r->pend_n == 0);
+        FK_ASSERT(r->pend_n == 0);
     }
     for (uint64_t i = r->snap_index + 1; i <= r->commit; i++) {
         const struct mpx_slot *s = mpx__cslot(r, i);
-        assert(s && s->chosen && s->nops >= 1);
+        FK_ASSERT(s && s->chosen && s->nops >= 1);
     }
     /* Large values: every byte counted belongs to an op a slot holds
      * (none leaks when a slot empties), within the log's budget. */
     size_t big = 0, pend = 0;
     for (uint32_t k = 0; k < r->cfg.log_cap; k++) {
         const struct mpx_slot *s = &r->slots[k];
-        assert(s->index == 0 || (s->index > r->snap_index && s->index <= r->last &&
-                                 (s->index & (r->cfg.log_cap - 1)) == k));
-        assert(s->index == 0 || s->nops <= r->cfg.batch_max);
-        assert(r->role == MPX_LEADER || s->acks == 0 || s->chosen || s->index == 0);
+        FK_ASSERT(s->index == 0 || (s->index > r->snap_index && s->index <= r->last &&
+                                    (s->index & (r->cfg.log_cap - 1)) == k));
+        FK_ASSERT(s->index == 0 || s->nops <= r->cfg.batch_max);
+        FK_ASSERT(r->role == MPX_LEADER || s->acks == 0 || s->chosen || s->index == 0);
         for (uint32_t j = 0; j < r->cfg.batch_max; j++) {
-            assert(s->bigs[j].p == NULL ||
-                   (s->index != 0 && j < s->nops && s->ops[j].ext == s->bigs[j].p));
+            FK_ASSERT(s->bigs[j].p == NULL ||
+                      (s->index != 0 && j < s->nops && s->ops[j].ext == s->bigs[j].p));
             big += s->bigs[j].cap;
         }
     }
     for (uint32_t j = 0; j < r->cfg.pending_max; j++) {
         uint32_t age = (j + r->cfg.pending_max - r->pend_head) % r->cfg.pending_max;
-        assert(r->pend_big[j].p == NULL || age < r->pend_n); /* queued ones only */
+        FK_ASSERT(r->pend_big[j].p == NULL || age < r->pend_n); /* queued ones only */
         pend += r->pend_big[j].cap;
     }
-    assert(big == r->log_big.held && r->log_big.held <= r->log_big.max);
-    assert(pend == r->pend_bigs.held && r->pend_bigs.held <= r->pend_bigs.max);
+    FK_ASSERT(big == r->log_big.held && r->log_big.held <= r->log_big.max);
+    FK_ASSERT(pend == r->pend_bigs.held && r->pend_bigs.held <= r->pend_bigs.max);
 }
 
 void mpx_status(const struct mpx *r, struct mpx_status *st)

@@ -5,7 +5,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 /* Validates `n` entries at r without copying; FK_EMALFORMED on any flaw. */
@@ -161,7 +161,7 @@ int mpx__entry_next(struct cons_rbuf *r, uint64_t *index, uint64_t *ballot, uint
 
 void mpx__put_entry(struct cons_wbuf *w, const struct mpx_slot *s)
 {
-    assert(s->index != 0 && s->nops >= 1);
+    FK_ASSERT(s->index != 0 && s->nops >= 1);
     cons_w_u64(w, s->index);
     cons_w_u64(w, s->ballot);
     cons_w_u8(w, s->nops);
@@ -197,7 +197,7 @@ void mpx__put_cv(const struct mpx *r, struct cons_wbuf *w)
 
 uint64_t mpx__cv_get(const struct mpx_msg *m, uint32_t p)
 {
-    assert(p < m->ncv);
+    FK_ASSERT(p < m->ncv);
     uint64_t g;
     memcpy(&g, m->cv + 8 * (size_t)p, sizeof g);
     return g;

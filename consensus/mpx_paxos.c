@@ -6,7 +6,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 static uint32_t popcount(uint64_t x)
@@ -27,7 +27,7 @@ void mpx__reset_election(struct mpx *r)
 /* Any role -> follower. The pending queue goes: clients retry elsewhere. */
 void mpx__become_follower(struct mpx *r)
 {
-    assert(r->role != MPX_RECOVERING);
+    FK_ASSERT(r->role != MPX_RECOVERING);
     if (r->role == MPX_LEADER || r->role == MPX_CANDIDATE) {
         for (uint32_t k = 0; k < r->cfg.log_cap; k++)
             r->slots[k].acks = 0;
@@ -176,7 +176,7 @@ int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
     uint64_t index, ballot;
     uint8_t nops;
     int rc = mpx__entry_next(rd, &index, &ballot, &nops, r->scratch_batch, r->cfg.batch_max);
-    assert(rc == 0); /* validated by mpx__decode */
+    FK_ASSERT(rc == 0); /* validated by mpx__decode */
     if (!s)
         return 0;
     rc = mpx__slot_store(r, s, r->scratch_batch, nops);
@@ -213,7 +213,7 @@ static void start_prevote(struct mpx *r)
 
 static void start_phase1(struct mpx *r)
 {
-    assert(r->role == MPX_FOLLOWER);
+    FK_ASSERT(r->role == MPX_FOLLOWER);
     r->role = MPX_CANDIDATE;
     r->promised = next_ballot(r);
     r->leader = UINT32_MAX;
@@ -280,7 +280,7 @@ static void heartbeat(struct mpx *r, int force)
 
 static void become_leader(struct mpx *r)
 {
-    assert(r->role == MPX_CANDIDATE && ballot_owner(r->promised) == r->cfg.id);
+    FK_ASSERT(r->role == MPX_CANDIDATE && ballot_owner(r->promised) == r->cfg.id);
     r->role = MPX_LEADER;
     r->leader = r->cfg.id;
     r->next_index = r->last + 1;
@@ -290,12 +290,12 @@ static void become_leader(struct mpx *r)
      * value where one was reported, a NO-OP in every hole. */
     for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
         struct mpx_slot *s = mpx__slot(r, i);
-        assert(s != NULL);
+        FK_ASSERT(s != NULL);
         if (s->index != i) {
             struct cons_op noop;
             cons_op_init(&noop, CONS_OP_NOOP, NULL, 0, NULL, 0, NULL, 0);
             int rc = mpx__slot_store(r, s, &noop, 1);
-            assert(rc == 0); /* a small op needs no room */
+            FK_ASSERT(rc == 0); /* a small op needs no room */
             (void)rc;
             s->index = i;
             s->chosen = 0;
@@ -381,7 +381,7 @@ static void send_accepts(struct mpx *r, uint32_t to, int force)
         uint32_t n = 0;
         for (; i < r->next_index && n < MPX_MSG_ENTRIES; i++) {
             const struct mpx_slot *s = mpx__cslot(r, i);
-            assert(s != NULL);
+            FK_ASSERT(s != NULL);
             if (s->chosen || (s->acks >> to & 1) ||
                 (!force && r->now - s->sent_ns < 2 * r->cfg.heartbeat_ns))
                 continue;
@@ -428,7 +428,7 @@ static void propose(struct mpx *r)
            r->next_index <= r->snap_index + r->cfg.log_cap &&
            r->next_index - r->commit <= r->cfg.window) {
         struct mpx_slot *s = mpx__slot(r, r->next_index);
-        assert(s && s->index == 0);
+        FK_ASSERT(s && s->index == 0);
         /* A batch of queued requests, as many as fit an entry, and the
          * big ones while the log holds at most big_bytes of them: room a
          * follower (twice as much) and a PROMISE have. */
@@ -751,7 +751,7 @@ void mpx__tick(struct mpx *r)
             start_prevote(r);
         break;
     default:
-        assert(0);
+        FK_ASSERT(0);
     }
 }
 

@@ -55,12 +55,12 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 void mpx__forget_votes(struct mpx *r, uint32_t p)
 {
-    assert(p < r->cfg.n);
+    FK_ASSERT(p < r->cfg.n);
     r->promises &= ~(1ull << p);
     for (uint32_t k = 0; k < r->cfg.log_cap; k++)
         r->slots[k].acks &= ~(1ull << p);
@@ -122,7 +122,7 @@ static uint32_t consistent_responders(const struct mpx *r)
 
 void mpx__recover_tick(struct mpx *r)
 {
-    assert(r->role == MPX_RECOVERING);
+    FK_ASSERT(r->role == MPX_RECOVERING);
     if (r->rec_wait) {
         if (r->durable >= r->rec_wait) {
             r->role = MPX_FOLLOWER;
@@ -232,7 +232,7 @@ static void rebase(struct mpx *r, uint64_t index)
  * that is durable (recover_tick). */
 void mpx__recover_fetched(struct mpx *r)
 {
-    assert(r->rec_phase == 3);
+    FK_ASSERT(r->rec_phase == 3);
     if (r->rec_fetch) {
         uint64_t index = mpx__adopt_state(r);
         if (r->poisoned)

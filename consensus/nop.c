@@ -5,7 +5,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -125,7 +125,7 @@ static int xfer_init(struct nop *r)
  * into the history first. */
 void nop__compact_to(struct nop *r, uint64_t upto)
 {
-    assert(upto >= r->snap && upto <= r->commit && upto <= r->log_len);
+    FK_ASSERT(upto >= r->snap && upto <= r->commit && upto <= r->log_len);
     for (uint64_t i = r->snap + 1; i <= upto; i++) {
         struct nop_hist *h = &r->hist[(i - 1) % r->cfg.log_cap];
         const struct nop_entry *e = nop__ent(r, i);
@@ -135,7 +135,7 @@ void nop__compact_to(struct nop *r, uint64_t upto)
             struct cons_wbuf w;
             cons_wbuf_init(&w, r->past_scratch, NOP_WIRE_OP_MAX + 1);
             nop__put_one(&w, e);
-            assert(!w.err);
+            FK_ASSERT(!w.err);
             cons_hist_add(&r->past, i, w.p, (uint32_t)w.len);
         }
     }
@@ -166,7 +166,7 @@ void nop__reset_state(struct nop *r)
         r->poisoned = 1; /* storage (cons.h's failure rule) */
         return;
     }
-    assert(index == 0);
+    FK_ASSERT(index == 0);
     r->executed = r->marked = 0;
     r->resets++;
     nop__undo_clear(r);
@@ -192,7 +192,7 @@ static int confirmed(const struct nop *r, uint64_t index, const struct nop_msg *
 
 void nop__restart_ring(struct nop *r, uint64_t index, int keep_tail, const struct nop_msg *m)
 {
-    assert(index > r->snap);
+    FK_ASSERT(index > r->snap);
     if (index <= r->commit || confirmed(r, index, m)) {
         /* Committed: identical everywhere, so this replica's own slots up
          * to index will do. */
@@ -268,10 +268,10 @@ static void took_state(struct nop *r, uint64_t index)
          * view can take those prefixes back (a reply to an earlier sync
          * may still report them); a view change (5.2.3) gives the group
          * one log again. */
-        assert(r->commit >= index && r->snap == index);
+        FK_ASSERT(r->commit >= index && r->snap == index);
         struct nop_view v = {r->view.leader_num + 1, r->view.session};
         nop__start_view_change(r, v);
-        assert(!nop__is_leader(r));
+        FK_ASSERT(!nop__is_leader(r));
     }
     if (nop__is_leader(r))
         nop__execute_to(r, r->log_len, 1);
@@ -393,16 +393,16 @@ uint64_t nop__entry_hash(const struct nop_entry *e)
  * the step (nop__mark). */
 void nop__execute_to(struct nop *r, uint64_t upto, int reply)
 {
-    assert(upto <= r->log_len);
+    FK_ASSERT(upto <= r->log_len);
     if (nop__needs_state(r))
         return;
     if (nop__commit_only(r) && upto > r->commit)
         upto = r->commit; /* durable mode executes only what is committed (nop.h) */
     int follower = !nop__is_leader(r);
-    assert(!(follower && reply));
+    FK_ASSERT(!(follower && reply));
     while (r->executed < upto && !r->poisoned) {
         const struct nop_entry *e = nop__ent(r, r->executed + 1);
-        assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+        FK_ASSERT(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
         if (r->executed + 1 > r->commit && nop__undo_capture(r, r->executed + 1, e) < 0) {
             r->poisoned = 1;
             return;
@@ -568,7 +568,7 @@ static const struct nop_entry noop_entry = {.kind = NOP_ENT_NOOP};
 
 static void append(struct nop *r, const struct nop_entry *e)
 {
-    assert(nop__fits(r, r->log_len + 1));
+    FK_ASSERT(nop__fits(r, r->log_len + 1));
     nop__entry_copy(nop__ent(r, ++r->log_len), e);
     nop__touch(r, r->log_len);
 }
@@ -673,7 +673,7 @@ void nop__drain(struct nop *r)
             continue;
         }
         /* Straight from the OUM buffer into the ring: no copy between. */
-        assert(nop__fits(r, r->log_len + 1));
+        FK_ASSERT(nop__fits(r, r->log_len + 1));
         struct nop_entry *e = nop__ent(r, ++r->log_len);
         e->kind = NOP_ENT_REQ;
         cons_op_copy(&e->op, &s->op);
@@ -1312,41 +1312,41 @@ static int skip_row(void *arg, const struct cons_session *s)
 
 void nop_invariants(const struct nop *r)
 {
-    assert(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
-    assert(!r->sealed || r->marked == r->executed || r->poisoned);
+    FK_ASSERT(r->executed <= r->log_len && r->log_len <= r->snap + r->cfg.log_cap);
+    FK_ASSERT(!r->sealed || r->marked == r->executed || r->poisoned);
     /* After a seal, the machine's mark is this replica's executed slot
      * and table clock (nop__mark). */
     if (r->sealed && r->marked == r->executed && !r->poisoned) {
         uint64_t applied, clock;
         struct nop *w = (struct nop *)r; /* load reads only */
         int lrc = w->sm.ops->load(w->sm.impl, &applied, &clock, skip_row, NULL);
-        assert(lrc != 0 || (applied == r->executed && clock == r->ctab.ops));
+        FK_ASSERT(lrc != 0 || (applied == r->executed && clock == r->ctab.ops));
         (void)lrc;
         (void)applied;
         (void)clock;
     }
-    assert(r->durable <= r->next_cookie && r->pers_snap <= r->pers_upto);
-    assert(r->held_n <= NOP_HELD_MAX && (r->held_n == 0 || r->cfg.durable));
+    FK_ASSERT(r->durable <= r->next_cookie && r->pers_snap <= r->pers_upto);
+    FK_ASSERT(r->held_n <= NOP_HELD_MAX && (r->held_n == 0 || r->cfg.durable));
     if (r->held_n) /* FIFO: released in cookie order */
-        assert(r->held[r->held_head].cookie <=
-               r->held[(r->held_head + r->held_n - 1) % NOP_HELD_MAX].cookie);
-    assert(!r->cfg.durable || r->status == NOP_RECOVERING || !r->pers_done ||
-           r->dirty_lo > r->log_len);
-    assert(r->status == NOP_RECOVERING || (r->snap <= r->commit && r->commit <= r->log_len));
-    assert(r->synced <= r->log_len || r->status != NOP_NORMAL);
-    assert(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));
-    assert(r->find_slot == 0 || (!nop__is_leader(r) && r->find_slot == r->log_len + 1));
+        FK_ASSERT(r->held[r->held_head].cookie <=
+                  r->held[(r->held_head + r->held_n - 1) % NOP_HELD_MAX].cookie);
+    FK_ASSERT(!r->cfg.durable || r->status == NOP_RECOVERING || !r->pers_done ||
+              r->dirty_lo > r->log_len);
+    FK_ASSERT(r->status == NOP_RECOVERING || (r->snap <= r->commit && r->commit <= r->log_len));
+    FK_ASSERT(r->synced <= r->log_len || r->status != NOP_NORMAL);
+    FK_ASSERT(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));
+    FK_ASSERT(r->find_slot == 0 || (!nop__is_leader(r) && r->find_slot == r->log_len + 1));
     if (nop__is_leader(r) && !nop__commit_only(r))
-        assert(r->executed == r->log_len || nop__needs_state(r));
+        FK_ASSERT(r->executed == r->log_len || nop__needs_state(r));
     for (uint64_t i = r->snap + 1; i <= r->log_len; i++)
-        assert(nop__ent(r, i)->kind == NOP_ENT_REQ || nop__ent(r, i)->kind == NOP_ENT_NOOP);
+        FK_ASSERT(nop__ent(r, i)->kind == NOP_ENT_REQ || nop__ent(r, i)->kind == NOP_ENT_NOOP);
     /* The newest executed entries still hold what was executed (the whole
      * suffix is re-checked on every view entry, nop__check_executed). */
     uint64_t from = r->executed > r->snap + 8 ? r->executed - 8 : r->snap + 1;
     for (uint64_t i = from; i <= r->executed && r->status == NOP_NORMAL && !nop__commit_only(r);
          i++)
-        assert(*nop__sig(r, i) == nop__entry_hash(nop__ent(r, i)) ||
-               (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC));
+        FK_ASSERT(*nop__sig(r, i) == nop__entry_hash(nop__ent(r, i)) ||
+                  (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC));
 }
 
 void nop_status(const struct nop *r, struct nop_stat *st)

@@ -65,7 +65,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 /* ---- persisting -------------------------------------------------------- */
@@ -153,7 +153,7 @@ void nop__persist_entries(struct nop *r)
             hi = r->pers_snap + r->cfg.log_cap;
         if (hi - lo + 1 > NOP_PERSIST_RUN)
             hi = lo + NOP_PERSIST_RUN - 1;
-        assert(lo > r->snap && hi <= r->log_len);
+        FK_ASSERT(lo > r->snap && hi <= r->log_len);
         nop__item_begin(r, &w);
         cons_w_u64(&w, lo);
         for (uint64_t slot = lo; slot <= hi; slot++)
@@ -172,7 +172,7 @@ void nop__persist(struct nop *r)
         nop__persist_durable(r); /* the whole log, nop_durable.c */
         return;
     }
-    assert(r->pers_snap <= r->pers_upto);
+    FK_ASSERT(r->pers_snap <= r->pers_upto);
     /* The disk's log (entries after pers_snap up to pers_upto) still leads
      * to the ring when its entries reach snap; the next entry must fit a
      * ring after pers_snap. Otherwise the disk's log restarts at snap
@@ -332,7 +332,7 @@ void nop__check_machine(struct nop *r, uint64_t upto)
 
 int nop__start_restored(struct nop *r)
 {
-    assert(r->meta_seen && r->started);
+    FK_ASSERT(r->meta_seen && r->started);
     if (r->cfg.durable && r->rest_log && !(r->cfg.bugs & NOP_BUG_RESTORE_NO_RECOVERY))
         return nop__start_from_log(r); /* nop_durable.c */
     uint64_t have = r->snap;

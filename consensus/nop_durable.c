@@ -76,7 +76,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 /* ---- persisting ---------------------------------------------------------- */
@@ -103,7 +103,7 @@ static int persist_meta_log(struct nop *r)
 
 void nop__persist_durable(struct nop *r)
 {
-    assert(r->cfg.durable && r->status != NOP_RECOVERING);
+    FK_ASSERT(r->cfg.durable && r->status != NOP_RECOVERING);
     struct cons_wbuf w;
     r->pers_done = 0;
     if (r->snap > r->pers_snap) {
@@ -151,7 +151,7 @@ int nop__restore_meta_durable(struct nop *r, struct cons_rbuf *rd)
 
 int nop__start_from_log(struct nop *r)
 {
-    assert(r->cfg.durable && r->rest_log && r->started);
+    FK_ASSERT(r->cfg.durable && r->rest_log && r->started);
     uint64_t len = r->rest_len > r->snap ? r->rest_len : r->snap;
     if (len > r->snap + r->cfg.log_cap)
         return FK_EMALFORMED;
@@ -208,7 +208,7 @@ static int held_alloc(struct nop *r, uint32_t len, size_t *off)
 
 static void held_pop(struct nop *r)
 {
-    assert(r->held_n > 0);
+    FK_ASSERT(r->held_n > 0);
     r->held_head = (r->held_head + 1) % NOP_HELD_MAX;
     if (--r->held_n == 0) {
         r->hb_head = r->hb_tail = 0;

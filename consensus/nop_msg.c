@@ -4,7 +4,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stddef.h>
 #include <string.h>
 
@@ -152,7 +152,7 @@ void nop__entry_next(struct cons_rbuf *rd, struct nop_entry *e)
     e->kind = cons_r_u8(rd);
     if (e->kind == NOP_ENT_REQ) {
         int rc = cons_wire_get_op(rd, &e->op);
-        assert(rc == 0 && e->op.ext == NULL); /* validated by nop__decode */
+        FK_ASSERT(rc == 0 && e->op.ext == NULL); /* validated by nop__decode */
     } else {
         memset(&e->op, 0, CONS_OP_HEAD);
         e->op.ext = NULL;
@@ -189,18 +189,18 @@ void nop__send_u64(struct nop *r, uint32_t to, uint8_t type, uint64_t u1)
 
 void nop__put_segment(struct nop *r, struct cons_wbuf *w, uint64_t lo, uint64_t hi)
 {
-    assert(lo >= 1 && (hi < lo || hi <= r->log_len));
+    FK_ASSERT(lo >= 1 && (hi < lo || hi <= r->log_len));
     cons_w_u64(w, lo);
     cons_w_u32(w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
     for (uint64_t i = lo; i <= hi && i <= r->snap; i++)
-        assert(nop__hist_entry(r, i)); /* below snap: still in the ring */
+        FK_ASSERT(nop__hist_entry(r, i)); /* below snap: still in the ring */
     for (uint64_t i = lo; i <= hi; i++)
         nop__put_one(w, nop__ent(r, i));
 }
 
 void nop__put_one(struct cons_wbuf *w, const struct nop_entry *e)
 {
-    assert(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
+    FK_ASSERT(e->kind == NOP_ENT_REQ || e->kind == NOP_ENT_NOOP);
     cons_w_u8(w, e->kind);
     if (e->kind == NOP_ENT_REQ)
         cons_wire_put_op(w, &e->op);

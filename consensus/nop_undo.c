@@ -24,7 +24,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,8 +115,8 @@ static int restore_pair(struct nop *r, const struct nop_undo *u)
         return rc;
     /* Every state on the way back was the machine's once, within its
      * quota: a restore cannot be refused. */
-    assert(r->undo_get.status == 0 ||
-           (u->pair == NOP_UNDO_ABSENT && r->undo_get.status == FK_ENOTFOUND));
+    FK_ASSERT(r->undo_get.status == 0 ||
+              (u->pair == NOP_UNDO_ABSENT && r->undo_get.status == FK_ENOTFOUND));
     return 0;
 }
 
@@ -134,7 +134,7 @@ static int restore_row(struct nop *r, const struct cons_session *s)
 
 int nop__undo_to(struct nop *r, uint64_t target)
 {
-    assert(target < r->executed && !nop__needs_state(r));
+    FK_ASSERT(target < r->executed && !nop__needs_state(r));
     if (target < r->snap || r->executed - target > r->cfg.log_cap)
         return FK_EINVAL;
     for (uint64_t s = r->executed; s > target; s--) {
@@ -269,7 +269,7 @@ static int stash_batch(struct nop *r, uint64_t from, uint64_t to)
         if (u->slot == s)
             rec_put(&w, u);
     }
-    assert(!w.err);
+    FK_ASSERT(!w.err);
     return r->sm.ops->stash_put(r->sm.impl, to, w.p, w.len);
 }
 

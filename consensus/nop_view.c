@@ -4,7 +4,7 @@
 
 #include "fk_error.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <string.h>
 
 static struct nop_view view_max(struct nop_view a, struct nop_view b)
@@ -34,8 +34,8 @@ static void send_vc(struct nop *r)
 
 void nop__start_view_change(struct nop *r, struct nop_view v)
 {
-    assert(r->status != NOP_RECOVERING);
-    assert(v.leader_num >= r->view.leader_num && v.session >= r->view.session);
+    FK_ASSERT(r->status != NOP_RECOVERING);
+    FK_ASSERT(v.leader_num >= r->view.leader_num && v.session >= r->view.session);
     /* Views held for a transfer until their index commits (cons_xfer.h):
      * what this replica executed past its commit point may now go. */
     cons_xfer_close_above(&r->xfer, r->commit);
@@ -112,7 +112,7 @@ static void enter_view(struct nop *r, int leader)
 
 static void finish_view_change(struct nop *r)
 {
-    assert(nop__leader_of(r, r->view) == r->cfg.id && r->status == NOP_VIEWCHANGE);
+    FK_ASSERT(nop__leader_of(r, r->view) == r->cfg.id && r->status == NOP_VIEWCHANGE);
     if (r->vc_best.session != r->view.session)
         r->sess_start = r->log_len; /* a new session: its message 1 goes after the log */
     enter_view(r, 1);
@@ -268,7 +268,7 @@ void nop__recover_start(struct nop *r)
     r->rec_base_ok = !nop__needs_state(r);
     if (nop__needs_state(r))
         r->log_len = r->synced = r->commit = r->snap;
-    assert(r->executed == r->log_len || nop__needs_state(r));
+    FK_ASSERT(r->executed == r->log_len || nop__needs_state(r));
     nop__recover_tick(r);
 }
 
@@ -334,7 +334,7 @@ static int take_leader_log(struct nop *r, const struct nop_msg *m)
     struct cons_rbuf rd = m->ents;
     uint64_t start = m->lo - 1, end = start + m->nents;
     if (r->rec_base_ok && start == r->rec_base && end <= r->snap + r->cfg.log_cap) {
-        assert(r->executed == r->rec_base);
+        FK_ASSERT(r->executed == r->rec_base);
         r->log_len = r->rec_base;
     } else {
         if (r->executed > end)

@@ -5,7 +5,7 @@
 #include "fk_error.h"
 #include "kv.h" /* kv_key_cmp: the order scans share with the simulator */
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,14 +123,14 @@ static int kv__scan_visit(void *arg, const void *k, size_t kl, const void *v, si
 static int kv__scan(struct kv_sm *sm, const struct cons_op *op, struct cons_reply *reply)
 {
     struct kv__scan_ctx c = {.op = op};
-    assert(reply->cap >= CONS_REPLY_MAX);
+    FK_ASSERT(reply->cap >= CONS_REPLY_MAX);
     cons_wbuf_init(&c.w, reply->data, reply->cap);
     /* One more than the limit: an AFTER scan may skip its start key. */
     int rc = kv_data_scan(sm->store, cons_op_key(op), op->key_len, (uint32_t)op->scan_limit + 1,
                           kv__scan_visit, &c);
     if (rc < 0)
         return rc;
-    assert(c.w.err == 0);
+    FK_ASSERT(c.w.err == 0);
     reply->len = (uint32_t)c.w.len;
     return 0;
 }
@@ -159,7 +159,7 @@ static int kv__apply(void *impl, const struct cons_op *op, struct cons_reply *re
         return FK_EINVAL;
     /* GET and CAS read the value into the reply's buffer (a CAS answers
      * no data, and compares before it writes anything there). */
-    assert(reply->cap >= CONS_REPLY_MAX);
+    FK_ASSERT(reply->cap >= CONS_REPLY_MAX);
     int reads = op->type == CONS_OP_GET || op->type == CONS_OP_CAS;
     int64_t clen = kv__current(sm, op, reads ? reply->data : NULL, reply->cap);
     if (clen < -1)
@@ -200,7 +200,7 @@ static void kv__row_encode(uint8_t row[KV_SM_ROW_LEN], const struct cons_session
     cons_w_u64(&w, se->req_no);
     cons_w_u64(&w, se->stamp);
     cons_w_u32(&w, (uint32_t)se->status);
-    assert(w.err == 0 && w.len == KV_SM_ROW_LEN);
+    FK_ASSERT(w.err == 0 && w.len == KV_SM_ROW_LEN);
 }
 
 static int kv__session(void *impl, const struct cons_session *se)
@@ -225,7 +225,7 @@ static int kv__mark(void *impl, uint64_t applied, uint64_t clock)
     cons_wbuf_init(&w, b, sizeof b);
     cons_w_u64(&w, applied);
     cons_w_u64(&w, clock);
-    assert(w.err == 0);
+    FK_ASSERT(w.err == 0);
     return kv_meta_put(sm->store, KV_SM_MARK_KEY, b, sizeof b);
 }
 
@@ -384,7 +384,7 @@ static int kv__cursor_decode(const uint8_t *cur, size_t len, struct kv__pos *p)
 
 static void kv__cursor_encode(const struct kv__pos *p, uint8_t *cur, size_t *len)
 {
-    assert(p->phase >= KV_SM_CUR_SESSIONS && p->phase <= KV_SM_CUR_DONE);
+    FK_ASSERT(p->phase >= KV_SM_CUR_SESSIONS && p->phase <= KV_SM_CUR_DONE);
     cur[0] = p->phase;
     *len = 1;
     if (p->phase == KV_SM_CUR_SESSIONS && p->has_client) {
@@ -394,7 +394,7 @@ static void kv__cursor_encode(const struct kv__pos *p, uint8_t *cur, size_t *len
         memmove(cur + 1, p->key, p->klen); /* the key may already be there */
         *len = 1 + p->klen;
     }
-    assert(*len <= CONS_SNAP_CURSOR_MAX);
+    FK_ASSERT(*len <= CONS_SNAP_CURSOR_MAX);
 }
 
 /* One chunk being written: records go into w while they fit. */
@@ -508,13 +508,13 @@ static int kv__snap_read(void *impl, uint32_t slot, uint8_t *cursor, size_t *cur
         return rc;
     struct kv__chunk c = {.pos = &pos, .want = want ? want : 1, .full = 0};
     cons_wbuf_init(&c.w, buf, cap);
-    assert(pos.phase != KV_SM_CUR_DONE && pos.klen <= CONS_KEY_MAX);
+    FK_ASSERT(pos.phase != KV_SM_CUR_DONE && pos.klen <= CONS_KEY_MAX);
     rc = kv__emit(sm, slot, &c);
     if (rc < 0)
         return rc;
     /* Every record fits a chunk of CONS_SNAP_RECORD_MAX, so each read
      * makes progress. */
-    assert(c.w.err == 0 && c.w.len > 0);
+    FK_ASSERT(c.w.err == 0 && c.w.len > 0);
     kv__cursor_encode(&pos, cursor, cursor_len);
     *len = c.w.len;
     return pos.phase == KV_SM_CUR_DONE;
@@ -535,13 +535,13 @@ static void kv__install_end(struct kv_sm *sm)
 static void kv__install_invariants(const struct kv_sm *sm)
 {
     const struct kv_sm_install *in = &sm->in;
-    assert(in->stage > KV_SM_STAGE_NONE && in->stage <= KV_SM_STAGE_END);
-    assert(in->stage > KV_SM_STAGE_HEAD || (in->sessions == 0 && in->pairs == 0));
-    assert(in->stage != KV_SM_STAGE_SESSIONS || in->pairs == 0);
-    assert((in->sessions == 0) == (in->last_client == 0));
-    assert((in->pairs == 0) == (in->last_klen == 0) && in->last_klen <= CONS_KEY_MAX);
-    assert(in->bytes <= sm->quota_bytes && in->sessions <= CONS_CLIENTS_MAX);
-    assert(in->bytes >= in->pairs * (1 + KV_SM_PAIR_BYTES));
+    FK_ASSERT(in->stage > KV_SM_STAGE_NONE && in->stage <= KV_SM_STAGE_END);
+    FK_ASSERT(in->stage > KV_SM_STAGE_HEAD || (in->sessions == 0 && in->pairs == 0));
+    FK_ASSERT(in->stage != KV_SM_STAGE_SESSIONS || in->pairs == 0);
+    FK_ASSERT((in->sessions == 0) == (in->last_client == 0));
+    FK_ASSERT((in->pairs == 0) == (in->last_klen == 0) && in->last_klen <= CONS_KEY_MAX);
+    FK_ASSERT(in->bytes <= sm->quota_bytes && in->sessions <= CONS_CLIENTS_MAX);
+    FK_ASSERT(in->bytes >= in->pairs * (1 + KV_SM_PAIR_BYTES));
 }
 
 static int kv__in_head(struct kv_sm *sm, struct cons_rbuf *r)

@@ -4,7 +4,7 @@
 #include "fk_error.h"
 #include "fk_log.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -61,7 +61,7 @@ struct kv_store {
  * have two). */
 static int kv__idx(int db, uint8_t set)
 {
-    assert(set <= 1);
+    FK_ASSERT(set <= 1);
     return db == KV_DB_DATA || db == KV_DB_CLIENTS ? db + 2 * set : db;
 }
 
@@ -404,7 +404,7 @@ static int kv__key_check(const void *key, size_t klen)
  * until it ends (kv__write_ended). Returns an LMDB code. */
 static int kv__cursor(struct kv_store *s, MDB_txn *txn, int i, MDB_cursor **c)
 {
-    assert(txn == s->wtxn || txn == s->rtxn);
+    FK_ASSERT(txn == s->wtxn || txn == s->rtxn);
     MDB_cursor **slot = txn == s->wtxn ? &s->wcur[i] : &s->rcur[i];
     int rc = 0;
     if (*slot == NULL) {

@@ -5,7 +5,7 @@
 #include "fk_error.h"
 #include "fk_log.h"
 
-#include <assert.h>
+#include "fk_assert.h"
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -317,7 +317,7 @@ static int write_item(struct srv_disk *d, const struct cons_persist *p)
     case CONS_PERSIST_ENTRY:
         return kv_log_put(d->store, p->index, b, p->len);
     default:
-        assert(p->kind == CONS_PERSIST_SNAPSHOT);
+        FK_ASSERT(p->kind == CONS_PERSIST_SNAPSHOT);
         rc = kv_meta_put(d->store, SRV_DISK_SNAP_KEY, b, p->len);
         if (rc == 0)
             rc = kv_meta_put(d->store, SRV_DISK_SNAP_INDEX_KEY, &p->index, sizeof p->index);
@@ -369,7 +369,7 @@ int srv_disk_commit(struct srv_disk *d, uint64_t *durable)
         return rc == FK_EINVAL ? FK_EPOISONED : rc;
     }
     if (d->pending) {
-        assert(d->pending > d->durable);
+        FK_ASSERT(d->pending > d->durable);
         d->durable = d->pending;
         d->pending = 0;
         d->st.commits++;

@@ -34,6 +34,8 @@
  * histograms: indexed by client id hash; a collision forgets the older
  * request (its latency is not recorded, nothing else changes). */
 #define PEND_SLOTS 4096
+/* Ticks between two invariant checks when FLOWKV_CHECK_INVARIANTS is set. */
+#define SRV_INVARIANTS_TICKS 100
 /* The core's OUM message: a header and a message number around one op. */
 #define SRV_OUM_BUF (NOP_WIRE_OP_MAX + 64) /* NOPaxos ops fit NOP_OP_MAX */
 
@@ -59,6 +61,8 @@ struct srv_node {
     uint64_t peer_seen[CONS_REPLICAS_MAX]; /* when a message from each replica last came */
     uint64_t last_term;
     volatile sig_atomic_t stop, dump;
+    uint32_t check_every; /* FLOWKV_CHECK_INVARIANTS: the core's invariants every N ticks */
+    uint64_t ticks;
     struct cons_op op; /* decode scratch for OUM requests */
     uint8_t *oum_buf;  /* encode scratch: a stamped OUM message */
     struct pend *pend;
@@ -363,6 +367,8 @@ static int batch(struct srv_node *n, int txn_open)
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
         observe_net(n);
+        if (n->check_every != 0 && ++n->ticks % n->check_every == 0)
+            n->core.ops->invariants(n->core.impl); /* aborts on a violation */
         if (n->dump) {
             n->dump = 0;
             dump_state(n);
@@ -384,8 +390,9 @@ static int batch(struct srv_node *n, int txn_open)
 int srv_node_run(struct srv_node *n)
 {
     srv_notify("READY=1\nSTATUS=serving");
-    fk_info("node", "replica %u serving (%s, %s fabric, %s durability)", n->id, n->core.ops->name,
-            srv_net_fabric(n->net), n->o.cluster.durability == FK_DURABLE_SYNC ? "sync" : "async");
+    fk_info("node", "replica %u serving (%s, %s fabric, %s durability)%s", n->id, n->core.ops->name,
+            srv_net_fabric(n->net), n->o.cluster.durability == FK_DURABLE_SYNC ? "sync" : "async",
+            n->check_every ? "; checking the core's invariants every 100 ms" : "");
     int rc = 0, open = 0;
     while (!n->stop && rc >= 0) {
         rc = batch(n, open);
@@ -777,6 +784,13 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
     n->n = o->cluster.n_nodes;
     n->proto = o->cluster.protocol == FK_PROTO_MULTIPAXOS ? CONS_PROTO_MPX : CONS_PROTO_NOP;
     n->start_ns = fk_now_ns();
+    /* The test suite (tests/run.sh) sets FLOWKV_CHECK_INVARIANTS: every
+     * replica it starts checks its core's invariants (nop_invariants,
+     * mpx_invariants) ten times a second, as the simulator does after every
+     * step. */
+    const char *inv = getenv("FLOWKV_CHECK_INVARIANTS");
+    n->check_every =
+        inv != NULL && *inv != '\0' && strcmp(inv, "0") != 0 ? SRV_INVARIANTS_TICKS : 0;
     n->pend = calloc(PEND_SLOTS, sizeof(*n->pend));
     n->oum_buf = malloc(SRV_OUM_BUF);
     uv_loop_init(&n->loop);

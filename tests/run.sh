@@ -27,6 +27,11 @@ if [ "${SAN:-}" = thread ]; then
     export TSAN_OPTIONS
 fi
 
+# Every replica a test starts checks its protocol core's invariants ten
+# times a second (server/srv_node.c), as the simulator checks them after
+# every step: a violation aborts the replica and fails its test.
+export FLOWKV_CHECK_INVARIANTS=1
+
 total_pass=0
 total_fail=0
 total_skip=0
