@@ -1,0 +1,114 @@
+/*
+ * seqctl.h: who hosts the NOPaxos sequencer, as a pure step function.
+ *
+ * NOPaxos (section 3) leaves the choice of a new sequencer to a controller
+ * that declares the old one failed and installs the next with a larger
+ * session number. flowkv has no separate controller: every replica runs
+ * this one, and only the replica whose evidence is strong acts. The
+ * driver (server/srv_net.c with real probes, the simulator with its
+ * network) calls seqctl_step every SEQCTL_PROBE_NS with one round of
+ * evidence: where the declaration it knows puts the sequencer (host and
+ * session), and a probe of every other replica (a connection with the
+ * token handshake): answered, refused at once (the host answers, no
+ * process listens: kill -9), or silent (timed out: down, cut off, lossy).
+ * The step answers what to do:
+ *   SEQCTL_TAKE_OVER  start a sequencer here with `session` (larger than
+ *                     any this replica knows); call seqctl_took_over once
+ *                     it runs
+ *   SEQCTL_ANNOUNCE   this replica hosts the sequencer and some replica
+ *                     did not hear of it: tell every replica again (all
+ *                     answer probes now, so telling blocks no one); call
+ *                     seqctl_announced once all heard
+ *   SEQCTL_NOTHING
+ *
+ * The rules, each a lesson from a failure:
+ *  - Strong evidence only: the host's probes refused SEQCTL_REFUSED times
+ *    in a row (its process is gone: found in about 0.6 s), or unanswered
+ *    SEQCTL_MISSES times in a row (host down or cut off: about 1.2 s). On
+ *    a lossy network a probe often times out; three timeouts in a row came
+ *    every few seconds there, and each failover costs a view change.
+ *  - A miss counts only in a round where this replica reaches a majority
+ *    of the replicas, itself included, without the host: a replica cut
+ *    off in a minority sees everyone as dead, and taking the sequencer
+ *    over from there (what the fault suite's leader partition did) moved
+ *    the group to a session its clients could not reach once healed.
+ *  - Only the first replica of the failover order (the cluster file's
+ *    `sequencers`), the dead host aside, that answers takes over, so two
+ *    live replicas never both do on the same evidence.
+ *  - The new session is above every session this replica knows (the
+ *    declaration's and its own floor, which grows with each of its starts
+ *    and takeovers): sessions name sequencers, and two sequencers numbering
+ *    one session would give two requests one place in the order.
+ *  - A replica that took over while some replica did not hear of it
+ *    announces again until every replica heard (a host cut off during the
+ *    failover learns it when back, and retires its old sequencer).
+ *
+ * Thread safety: a seqctl belongs to one thread; no allocation, no clock:
+ * time is the caller's rounds.
+ */
+#ifndef SEQCTL_H
+#define SEQCTL_H
+
+#include "cons.h"
+
+#include <stdint.h>
+
+#define SEQCTL_PROBE_NS (200ULL * 1000000ULL) /* a round */
+#define SEQCTL_REFUSED  3
+#define SEQCTL_MISSES   6
+#define SEQCTL_NONE     UINT32_MAX /* no host known */
+#define SEQCTL_SESSION_MAX 65535u  /* sessions wrap within 1..65535 (the flows' u16 on the wire) */
+
+/* Test-only switches that plant known bugs, so the simulator can prove its
+ * checkers fail (0 in production). */
+enum seqctl_bug {
+    SEQCTL_BUG_SAME_SESSION = 1u << 0, /* a takeover keeps the dead host's session */
+};
+
+enum seqctl_probe { SEQCTL_ANSWERED = 1, SEQCTL_REFUSED_NOW = 2, SEQCTL_SILENT = 3 };
+enum seqctl_kind { SEQCTL_NOTHING = 0, SEQCTL_TAKE_OVER = 1, SEQCTL_ANNOUNCE = 2 };
+
+struct seqctl_config {
+    uint32_t n, id;                    /* replicas, this one */
+    uint32_t order[CONS_REPLICAS_MAX]; /* failover order: replica ids */
+    uint32_t norder;                   /* 1..n */
+    uint32_t bugs;                     /* enum seqctl_bug */
+};
+
+struct seqctl {
+    struct seqctl_config cfg;
+    uint32_t misses, refused; /* the host's probes in a row */
+    uint32_t floor;           /* no session of this replica's is at or below it */
+    uint8_t announce;         /* this replica's session is not known everywhere yet */
+};
+
+/* One round of evidence. probe[j] for every j != id (probe[id] ignored). */
+struct seqctl_round {
+    uint32_t host;    /* the replica the declaration names, or SEQCTL_NONE */
+    uint32_t session; /* its session */
+    uint8_t probe[CONS_REPLICAS_MAX];
+};
+
+struct seqctl_action {
+    uint8_t kind; /* enum seqctl_kind */
+    uint32_t session;
+};
+
+/* Sets s up: floor is the highest session this replica used or was given
+ * (flowkv-server: one more with each start, kept on disk). FK_EINVAL for
+ * a bad config (n, id, an order naming a replica twice or none). */
+int seqctl_init(struct seqctl *s, const struct seqctl_config *cfg, uint32_t floor);
+/* One round: what to do now (above). */
+struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r);
+/* The driver started a sequencer here with `session` (a takeover, or the
+ * first start of the flow); pending: some replica did not hear of it. */
+void seqctl_took_over(struct seqctl *s, uint32_t session, int pending);
+/* Every replica heard of this replica's session. */
+void seqctl_announced(struct seqctl *s);
+/* The session after `session` (1..SEQCTL_SESSION_MAX, wrapping). */
+static inline uint32_t seqctl_next(uint32_t session)
+{
+    return session % SEQCTL_SESSION_MAX + 1;
+}
+
+#endif /* SEQCTL_H */
