@@ -48,9 +48,32 @@ static int first_live_candidate(const struct seqctl *s, const struct seqctl_roun
     return 0;
 }
 
+uint32_t seqctl_session_after(uint32_t above, uint32_t id)
+{
+    FK_ASSERT(id < SEQCTL_IDS);
+    uint32_t k = above < id + 1 ? 0 : (above - id - 1) / SEQCTL_IDS + 1;
+    uint32_t v = k * SEQCTL_IDS + id + 1;
+    return v <= SEQCTL_SESSION_MAX ? v : id + 1;
+}
+
+uint32_t seqctl_new_session(const struct seqctl *s, uint32_t known)
+{
+    return seqctl_session_after(known > s->floor ? known : s->floor, s->cfg.id);
+}
+
+/* The highest session this round knows of. */
+static uint32_t known(const struct seqctl_round *r)
+{
+    return r->seen > r->session ? r->seen : r->session;
+}
+
 static struct seqctl_action on_own(struct seqctl *s, const struct seqctl_round *r)
 {
     struct seqctl_action a = {SEQCTL_NOTHING, 0};
+    /* Named, but its process does not run it (restarted), or runs an
+     * obsolete session: a new one at once. */
+    if ((!r->hosting || r->seen > r->session) && !(s->cfg.bugs & SEQCTL_BUG_NO_RESTART))
+        return (struct seqctl_action){SEQCTL_TAKE_OVER, seqctl_new_session(s, known(r))};
     if (s->announce && answering(s, r, SEQCTL_NONE) == s->cfg.n - 1)
         a = (struct seqctl_action){SEQCTL_ANNOUNCE, r->session};
     return a;
@@ -61,8 +84,16 @@ struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r)
     struct seqctl_action nothing = {SEQCTL_NOTHING, 0};
     if (r->host == s->cfg.id)
         return on_own(s, r);
-    s->announce = 0; /* a session elsewhere: this replica no longer hosts the sequencer */
-    if (r->host == SEQCTL_NONE || r->host >= s->cfg.n || r->probe[r->host] == SEQCTL_ANSWERED) {
+    s->announce = 0;           /* a session elsewhere: this replica no longer hosts the sequencer */
+    if (r->host >= s->cfg.n) { /* SEQCTL_NONE: nothing to judge */
+        s->misses = s->refused = 0;
+        return nothing;
+    }
+    uint8_t host_probe = r->probe[r->host];
+    if (r->seen > r->session && host_probe == SEQCTL_ANSWERED &&
+        !(s->cfg.bugs & SEQCTL_BUG_NO_RESTART))
+        host_probe = SEQCTL_REFUSED_NOW; /* it runs an obsolete session */
+    if (host_probe == SEQCTL_ANSWERED) {
         s->misses = s->refused = 0;
         return nothing;
     }
@@ -74,11 +105,10 @@ struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r)
         return nothing;
     }
     s->misses++;
-    s->refused = r->probe[r->host] == SEQCTL_REFUSED_NOW ? s->refused + 1 : 0;
+    s->refused = host_probe == SEQCTL_REFUSED_NOW ? s->refused + 1 : 0;
     if ((s->refused < SEQCTL_REFUSED && s->misses < SEQCTL_MISSES) || !first_live_candidate(s, r))
         return nothing;
-    uint32_t top = r->session > s->floor ? r->session : s->floor;
-    uint32_t next = s->cfg.bugs & SEQCTL_BUG_SAME_SESSION ? r->session : seqctl_next(top);
+    uint32_t next = seqctl_new_session(s, known(r));
     FK_ASSERT(next >= 1 && next <= SEQCTL_SESSION_MAX);
     return (struct seqctl_action){SEQCTL_TAKE_OVER, next};
 }
@@ -86,7 +116,8 @@ struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r)
 void seqctl_took_over(struct seqctl *s, uint32_t session, int pending)
 {
     FK_ASSERT(session >= 1 && session <= SEQCTL_SESSION_MAX);
-    s->floor = session;
+    if (session > s->floor)
+        s->floor = session;
     s->misses = s->refused = 0;
     s->announce = pending != 0;
 }

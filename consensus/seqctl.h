@@ -8,9 +8,12 @@
  * driver (server/srv_net.c with real probes, the simulator with its
  * network) calls seqctl_step every SEQCTL_PROBE_NS with one round of
  * evidence: where the declaration it knows puts the sequencer (host and
- * session), and a probe of every other replica (a connection with the
- * token handshake): answered, refused at once (the host answers, no
- * process listens: kill -9), or silent (timed out: down, cut off, lossy).
+ * session), whether this replica's process runs that sequencer, and a
+ * probe of every other replica (a connection with the token handshake;
+ * for the host, asking it which session it hosts): answered (the host: and
+ * runs the declared session), refused at once (no process listens: kill
+ * -9; or the host's process no longer runs that sequencer: it restarted),
+ * or silent (timed out: down, cut off, lossy).
  * The step answers what to do:
  *   SEQCTL_TAKE_OVER  start a sequencer here with `session` (larger than
  *                     any this replica knows); call seqctl_took_over once
@@ -35,10 +38,23 @@
  *  - Only the first replica of the failover order (the cluster file's
  *    `sequencers`), the dead host aside, that answers takes over, so two
  *    live replicas never both do on the same evidence.
- *  - The new session is above every session this replica knows (the
- *    declaration's and its own floor, which grows with each of its starts
- *    and takeovers): sessions name sequencers, and two sequencers numbering
- *    one session would give two requests one place in the order.
+ *  - A declaration whose session is below one the replica's ordered
+ *    multicast already delivered is obsolete, however alive its host: the
+ *    replicas drop an older session's messages, so its host counts as gone
+ *    (the simulator found that too: a host restarted while cut off started
+ *    a session the group moved to, then crashed before its declaration
+ *    spread, leaving the older sequencer declared and every client stuck).
+ *  - A replica the declaration names that does not run the sequencer (its
+ *    process restarted) starts it again at once, with a new session: it
+ *    answers its peers' probes, so without this nobody ever would (the
+ *    simulator found that: a host restarted while cut off, clients stuck).
+ *  - Sessions name sequencers: two sequencers numbering one session would
+ *    give two requests one place in the order. So a session belongs to one
+ *    replica (session - 1 = k * SEQCTL_IDS + id, as Paxos ballots carry
+ *    their proposer), and a new one is above every session this replica
+ *    knows: the declaration's and its floor, the highest it ever started
+ *    (kept on disk), so two replicas taking over at once, or a restarted
+ *    one that cannot learn the declaration, never pick the same.
  *  - A replica that took over while some replica did not hear of it
  *    announces again until every replica heard (a host cut off during the
  *    failover learns it when back, and retires its old sequencer).
@@ -53,16 +69,19 @@
 
 #include <stdint.h>
 
-#define SEQCTL_PROBE_NS (200ULL * 1000000ULL) /* a round */
-#define SEQCTL_REFUSED  3
-#define SEQCTL_MISSES   6
-#define SEQCTL_NONE     UINT32_MAX /* no host known */
-#define SEQCTL_SESSION_MAX 65535u  /* sessions wrap within 1..65535 (the flows' u16 on the wire) */
+#define SEQCTL_PROBE_NS    (200ULL * 1000000ULL) /* a round */
+#define SEQCTL_REFUSED     3
+#define SEQCTL_MISSES      6
+#define SEQCTL_NONE        UINT32_MAX /* no host known */
+#define SEQCTL_SESSION_MAX 65535u /* sessions wrap within 1..65535 (the flows' u16 on the wire) */
+#define SEQCTL_IDS         8u     /* session - 1 = k * SEQCTL_IDS + the owner's id */
+_Static_assert(CONS_REPLICAS_MAX <= SEQCTL_IDS, "every replica owns sessions");
 
 /* Test-only switches that plant known bugs, so the simulator can prove its
  * checkers fail (0 in production). */
 enum seqctl_bug {
-    SEQCTL_BUG_SAME_SESSION = 1u << 0, /* a takeover keeps the dead host's session */
+    SEQCTL_BUG_NO_RESTART = 1u << 0, /* a named host without its sequencer waits, and an
+                                         obsolete declaration counts as alive */
 };
 
 enum seqctl_probe { SEQCTL_ANSWERED = 1, SEQCTL_REFUSED_NOW = 2, SEQCTL_SILENT = 3 };
@@ -86,6 +105,8 @@ struct seqctl {
 struct seqctl_round {
     uint32_t host;    /* the replica the declaration names, or SEQCTL_NONE */
     uint32_t session; /* its session */
+    uint32_t seen;    /* the highest session this replica's ordered multicast delivered */
+    uint8_t hosting;  /* host == id: this replica's process runs that session */
     uint8_t probe[CONS_REPLICAS_MAX];
 };
 
@@ -94,10 +115,26 @@ struct seqctl_action {
     uint32_t session;
 };
 
-/* Sets s up: floor is the highest session this replica used or was given
- * (flowkv-server: one more with each start, kept on disk). FK_EINVAL for
- * a bad config (n, id, an order naming a replica twice or none). */
+/* Sets s up: floor is the highest session this replica ever started (kept
+ * on disk; 0 for none). FK_EINVAL for a bad config (n, id, an order
+ * naming a replica twice or none). */
 int seqctl_init(struct seqctl *s, const struct seqctl_config *cfg, uint32_t floor);
+/* Whether this round's decision depends on the probes of the replicas
+ * other than the host: a driver may leave them unprobed (0) when it does
+ * not (the host answered, or this replica hosts it with nothing to
+ * announce), and the step answers the same. */
+static inline int seqctl_needs_all(const struct seqctl *s, uint32_t host, int host_answered)
+{
+    return host == s->cfg.id ? s->announce : !host_answered && host != SEQCTL_NONE;
+}
+/* (host_answered: answered and not obsolete, seen <= the declared session.) */
+/* The first session replica id owns above `above` (wrapping past
+ * SEQCTL_SESSION_MAX to its first). */
+uint32_t seqctl_session_after(uint32_t above, uint32_t id);
+/* The session this replica starts now (the first start of the flow, a
+ * takeover): its first above `known` (the declaration's and the delivered
+ * sessions) and its floor. */
+uint32_t seqctl_new_session(const struct seqctl *s, uint32_t known);
 /* One round: what to do now (above). */
 struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r);
 /* The driver started a sequencer here with `session` (a takeover, or the
@@ -105,10 +142,5 @@ struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r)
 void seqctl_took_over(struct seqctl *s, uint32_t session, int pending);
 /* Every replica heard of this replica's session. */
 void seqctl_announced(struct seqctl *s);
-/* The session after `session` (1..SEQCTL_SESSION_MAX, wrapping). */
-static inline uint32_t seqctl_next(uint32_t session)
-{
-    return session % SEQCTL_SESSION_MAX + 1;
-}
 
 #endif /* SEQCTL_H */

@@ -349,6 +349,15 @@ int flow_sequencer_start(flow_node *node, const char *name, uint32_t session);
 int flow_sequencer_info(flow_node *node, const char *name, char *addr, size_t cap,
                         uint32_t *session);
 
+/* Which session of ordered flow name's sequencer the node at addr runs:
+ * asks it within timeout_ns (a connection and one call). 0 with *session
+ * set; FK_ENOTFOUND when it answers but runs none (it restarted, or
+ * retired it); else the connect or call error (FK_EUNREACHABLE,
+ * FK_ETIMEDOUT, -errno). Any thread; may block up to about twice
+ * timeout_ns. */
+int flow_sequencer_probe(flow_node *node, const char *name, const char *addr, uint64_t timeout_ns,
+                         uint32_t *session);
+
 /* Whether a node answers at addr: connects and closes within timeout_ns.
  * 0, or the connect error (FK_EUNREACHABLE, FK_ETIMEDOUT, -errno). Any
  * thread; may block up to timeout_ns. */

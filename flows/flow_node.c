@@ -665,6 +665,27 @@ int flow_node_probe(flow_node *n, const char *addr, uint64_t timeout_ns)
     return rc;
 }
 
+int flow_sequencer_probe(flow_node *n, const char *name, const char *addr, uint64_t timeout_ns,
+                         uint32_t *session)
+{
+    if (n == NULL || name == NULL || addr == NULL || session == NULL)
+        return FK_EINVAL;
+    fab_conn *c;
+    int rc = fab_connect(n->fab, addr, timeout_ns, &c);
+    if (rc < 0)
+        return rc;
+    struct flow__msg_hdr h = {.type = FLOW__MSG_SEQ_INFO};
+    struct flow__seq_resp r;
+    snprintf(h.name, sizeof(h.name), "%s", name);
+    rc = fab_call(c, &h, sizeof(h), &r, sizeof(r), timeout_ns);
+    fab_conn_close(c);
+    if (rc == (int)sizeof(r)) {
+        *session = r.session;
+        return 0;
+    }
+    return rc < 0 ? rc : FK_EPROTO;
+}
+
 int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
 {
     struct flow__desc d;

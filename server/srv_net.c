@@ -18,6 +18,7 @@
 #include "fkc_proto.h"
 #include "flow.h"
 #include "flow_msg.h"
+#include "seqctl.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -79,15 +80,15 @@ struct srv_net {
     unsigned turn, bturn, streak; /* poll_once */
     struct srv_net_stats st;
     pthread_t connector;
-    int stop;             /* atomic */
-    uint32_t session;     /* sequencer session this node hosts, 0 = none */
-    uint32_t seq_session; /* the session to start (srv_net_conf.session) */
-    int session_joined;   /* connector: kv.oum joined */
-    uint64_t probe_at;    /* connector: next sequencer probe */
-    uint32_t seq_misses;  /* connector: probes unanswered in a row */
-    uint32_t seq_refused; /* of those, refused at once (the process is gone) */
-    int seq_announce;     /* connector: a replica did not hear of this node's session yet */
-    uint64_t announce_at; /* connector: next attempt to tell it */
+    int stop;                 /* atomic */
+    uint32_t session;         /* sequencer session this node hosts, 0 = none */
+    uint32_t seq_session;     /* the session to start (srv_net_conf.session) */
+    struct seqctl seqctl;     /* connector: sequencer failover (consensus/seqctl.h) */
+    uint32_t seen_session;    /* atomic: the loop's highest ordered-multicast session */
+    uint32_t started_session; /* atomic: the highest session this node started */
+    int session_joined;       /* connector: kv.oum joined */
+    uint64_t probe_at;        /* connector: next round of sequencer probes */
+    uint64_t announce_at;     /* connector: next attempt to tell every replica */
 };
 
 /* ---- client map ------------------------------------------------------------ */
@@ -306,7 +307,7 @@ static void connect_oum(struct srv_net *net)
     if (net->session == 0 &&
         flow_sequencer_info(net->node, FKC_FLOW_OUM, at, sizeof(at), &known) == 0 &&
         strcmp(at, c->nodes[net->id].address) == 0) {
-        uint32_t session = known >= net->seq_session ? known % 65535 + 1 : net->seq_session;
+        uint32_t session = seqctl_new_session(&net->seqctl, known);
         rc = flow_sequencer_start(net->node, FKC_FLOW_OUM, session);
         /* A replica that did not answer yet learns where the sequencer is
          * when it asks (flow.h): only a sequencer that did not start here
@@ -318,7 +319,8 @@ static void connect_oum(struct srv_net *net)
             return;
         }
         net->session = session;
-        net->seq_announce = rc < 0;
+        seqctl_took_over(&net->seqctl, session, rc < 0);
+        __atomic_store_n(&net->started_session, session, __ATOMIC_RELEASE);
         fk_info("net", "sequencer started, session %u%s%s", session,
                 rc < 0 ? "; not every replica heard of it yet: " : "",
                 rc < 0 ? fk_strerror(rc) : "");
@@ -339,133 +341,84 @@ static void connect_oum(struct srv_net *net)
  * failover costs a session change and a view change. A dead process is
  * found at once anyway (the connection is refused). */
 #define SEQ_PROBE_TIMEOUT_NS (100ULL * 1000000ULL)
-/* Between attempts to tell a replica that missed it where the sequencer is. */
+/* Between attempts to tell every replica where the sequencer is. */
 #define SEQ_ANNOUNCE_NS (1000ULL * 1000000ULL)
 
-/* How many other replicas, `skip` (an address, or NULL) aside, answer a
- * probe now. */
-static uint32_t answering(struct srv_net *net, const char *skip)
+/* The replica listening at addr, or SEQCTL_NONE. */
+static uint32_t replica_at(const struct srv_net *net, const char *addr)
 {
-    uint32_t live = 0;
-    for (uint32_t i = 0; i < net->n; i++) {
-        const char *addr = net->cluster->nodes[i].address;
-        if (i != net->id && (skip == NULL || strcmp(addr, skip) != 0) &&
-            flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
-            live++;
-    }
-    return live;
+    for (uint32_t i = 0; i < net->n; i++)
+        if (strcmp(net->cluster->nodes[i].address, addr) == 0)
+            return i;
+    return SEQCTL_NONE;
 }
 
-/* Whether this node reaches a majority of the replicas, itself included,
- * without the one at `dead`. NOPaxos' controller, which declares the
- * sequencer failed and picks the next (section 3), is itself replicated: a
- * replica cut off in a minority sees every node as dead, and counting its
- * probes as evidence it took the sequencer over (in every run of the
- * faults suite's leader partition), moved the group to a new session when
- * healed, and left clients numbering with the old sequencer, whose
- * messages the replicas then dropped as an old session. */
-static int reaches_majority(struct srv_net *net, const char *dead)
+/* A replica's answer; the host is asked which session it runs (one that
+ * answers without running the declared one is as good as gone). */
+static uint8_t probe(struct srv_net *net, uint32_t id, int host, uint32_t session)
 {
-    return 1 + answering(net, dead) >= net->n / 2 + 1;
-}
-
-/* Whether this node should host the sequencer now that the one at `dead`
- * does not answer: it is the first node of the sequencers list, after the
- * dead one, that answers (fk_conf.h: failover order). */
-static int first_live_candidate(struct srv_net *net, const char *dead)
-{
-    const struct fk_cluster_conf *c = net->cluster;
-    for (uint32_t k = 0; k < c->n_sequencers; k++) {
-        uint32_t id = c->sequencers[k];
-        const char *addr = c->nodes[id].address;
-        if (strcmp(addr, dead) == 0)
-            continue;
-        if (id == net->id)
-            return 1;
-        if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0)
-            return 0; /* an earlier candidate lives: it takes over */
-    }
-    return 0;
-}
-
-/* The host of the sequencer tells the replicas that did not hear of its
- * session again, until all did (flow_sequencer_start with the same
- * session keeps the counter): a replica cut off during a failover learns
- * it when it is back, and retires the old sequencer if it hosted it
- * (flow.h), so that no client goes on stamping an old session. */
-static void announce_sequencer(struct srv_net *net, uint32_t session)
-{
-    uint64_t now = fk_now_ns();
-    if (!net->seq_announce || session != net->session || now < net->announce_at)
-        return;
-    net->announce_at = now + SEQ_ANNOUNCE_NS;
-    /* Telling a node that does not answer blocks this thread for a call's
-     * timeout (seconds): only once every replica answers a probe. */
-    if (answering(net, NULL) < net->n - 1)
-        return;
-    if (flow_sequencer_start(net->node, FKC_FLOW_OUM, session) == 0) {
-        net->seq_announce = 0;
-        fk_info("net", "every replica knows sequencer session %u", session);
-    }
+    uint64_t t0 = fk_now_ns();
+    const char *addr = net->cluster->nodes[id].address;
+    uint32_t runs = 0;
+    int rc = host ? flow_sequencer_probe(net->node, FKC_FLOW_OUM, addr, SEQ_PROBE_TIMEOUT_NS, &runs)
+                  : flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS);
+    if (rc == 0 && (!host || runs == session))
+        return SEQCTL_ANSWERED;
+    if (rc == 0 || rc == FK_ENOTFOUND)
+        return SEQCTL_REFUSED_NOW;
+    return fk_now_ns() - t0 < SEQ_PROBE_TIMEOUT_NS / 2 ? SEQCTL_REFUSED_NOW : SEQCTL_SILENT;
 }
 
 /* NOPaxos sequencer failover (NOPaxos section 3, the controller's role):
- * when the node hosting kv.oum's sequencer stops answering, the first live
- * node of the sequencers list starts a new sequencer with a larger session;
- * targets then report the session change and the replicas' session-change
- * view change follows. A failover costs a view change, so the evidence
- * must be strong: SEQ_REFUSED probes in a row refused at once (its host
- * answers, the process is gone: kill -9 is found in about 0.6 s), or
- * SEQ_MISSES in a row unanswered (host down or cut off: about 3 s). On a
- * lossy network a probe's connection and handshake (several packets; a
- * lost SYN alone costs TCP 1 s) often time out: with 5% loss, three
- * timeouts in a row came every few seconds and each started a new session
- * (the fault suite's loss scenario served nothing). */
-#define SEQ_PROBE_NS (200ULL * 1000000ULL)
-#define SEQ_REFUSED  3
-#define SEQ_MISSES   6
-
+ * one round of evidence for seqctl (consensus/seqctl.h, which decides and
+ * says why), then what it decided. The other replicas are probed only
+ * when the decision depends on them (seqctl_needs_all). */
 static void check_sequencer(struct srv_net *net)
 {
     char addr[FAB_ADDR_MAX];
     uint32_t session;
-    const char *self = net->cluster->nodes[net->id].address;
     uint64_t now = fk_now_ns();
     if (now < net->probe_at ||
         flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) < 0)
         return;
-    net->probe_at = now + SEQ_PROBE_NS;
-    if (strcmp(addr, self) == 0) {
-        announce_sequencer(net, session);
-        return;
+    net->probe_at = now + SEQCTL_PROBE_NS;
+    struct seqctl_round r = {.host = replica_at(net, addr),
+                             .session = session,
+                             .seen = __atomic_load_n(&net->seen_session, __ATOMIC_ACQUIRE)};
+    r.hosting = r.host == net->id && net->session == session;
+    int host_answered = 0;
+    if (r.host != SEQCTL_NONE && r.host != net->id) {
+        r.probe[r.host] = probe(net, r.host, 1, session);
+        host_answered = r.probe[r.host] == SEQCTL_ANSWERED && r.seen <= session;
     }
-    net->seq_announce = 0; /* a later session elsewhere: this node no longer hosts it */
-    if (flow_node_probe(net->node, addr, SEQ_PROBE_TIMEOUT_NS) == 0) {
-        net->seq_misses = net->seq_refused = 0;
-        return;
+    for (uint32_t j = 0; seqctl_needs_all(&net->seqctl, r.host, host_answered) && j < net->n; j++)
+        if (j != net->id && j != r.host)
+            r.probe[j] = probe(net, j, 0, 0);
+    struct seqctl_action a = seqctl_step(&net->seqctl, &r);
+    if (a.kind == SEQCTL_ANNOUNCE && now >= net->announce_at) {
+        net->announce_at = now + SEQ_ANNOUNCE_NS;
+        if (flow_sequencer_start(net->node, FKC_FLOW_OUM, a.session) == 0) {
+            seqctl_announced(&net->seqctl);
+            fk_info("net", "every replica knows sequencer session %u", a.session);
+        }
     }
-    int refused = fk_now_ns() - now < SEQ_PROBE_TIMEOUT_NS / 2;
-    /* A miss counts only while this node reaches a majority: cut off
-     * itself, it has no evidence against the sequencer (reaches_majority);
-     * each of the misses in a row is checked, so that one taken just before
-     * a partition heals does not add up with a majority found just after. */
-    if (!reaches_majority(net, addr)) {
-        net->seq_misses = net->seq_refused = 0;
+    if (a.kind != SEQCTL_TAKE_OVER)
         return;
-    }
-    net->seq_misses++;
-    net->seq_refused = refused ? net->seq_refused + 1 : 0;
-    if ((net->seq_refused < SEQ_REFUSED && net->seq_misses < SEQ_MISSES) ||
-        !first_live_candidate(net, addr))
-        return;
-    uint32_t next = (session > net->seq_session ? session : net->seq_session) % 65535 + 1;
-    flow_sequencer_start(net->node, FKC_FLOW_OUM, next);
+    uint32_t from = r.host;
+    flow_sequencer_start(net->node, FKC_FLOW_OUM, a.session);
     if (flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) == 0 &&
-        strcmp(addr, self) == 0) {
-        net->session = net->seq_session = next;
-        net->seq_misses = net->seq_refused = 0;
-        net->seq_announce = 1; /* the dead host too, should it come back */
-        fk_warn("net", "the sequencer stopped answering: this node took over, session %u", next);
+        replica_at(net, addr) == net->id && session == a.session) {
+        net->session = a.session;
+        seqctl_took_over(&net->seqctl, a.session, 1); /* the dead host too, should it come back */
+        __atomic_store_n(&net->started_session, a.session, __ATOMIC_RELEASE);
+        if (from == net->id)
+            fk_warn("net",
+                    "this node is named the sequencer's host but ran no current one: "
+                    "started session %u",
+                    a.session);
+        else
+            fk_warn("net", "the sequencer stopped answering: this node took over, session %u",
+                    a.session);
     }
 }
 
@@ -567,6 +520,17 @@ int srv_net_open(const struct srv_net_conf *conf, struct srv_net **out)
     net->n = c->n_nodes;
     net->proto = conf->proto;
     net->seq_session = conf->session;
+    /* The failover order: the cluster file's sequencers list (fk_conf.h),
+     * node 0 alone when it has none. */
+    struct seqctl_config sc = {.n = net->n, .id = net->id, .norder = c->n_sequencers};
+    for (uint32_t k = 0; k < c->n_sequencers && k < CONS_REPLICAS_MAX; k++)
+        sc.order[k] = c->sequencers[k];
+    if (sc.norder == 0)
+        sc.norder = 1; /* order[0] = 0 */
+    if (seqctl_init(&net->seqctl, &sc, conf->session) < 0) {
+        free(net);
+        return FK_EINVAL;
+    }
     net->cmap = calloc(CMAP_SLOTS, sizeof(*net->cmap));
     net->stage = malloc(1 + FKC_MSG_MAX);
     const struct fk_node_conf *self = &c->nodes[conf->id];
@@ -900,6 +864,17 @@ static int oum_admits(const struct srv_net *net, const struct flow_msg_item *it)
     return net->oum_max == 0 || it->session != net->oum_max_session || it->seq <= net->oum_max;
 }
 
+void srv_net_seen_session(struct srv_net *net, uint32_t session)
+{
+    if (session > __atomic_load_n(&net->seen_session, __ATOMIC_RELAXED))
+        __atomic_store_n(&net->seen_session, session, __ATOMIC_RELEASE);
+}
+
+uint32_t srv_net_started_session(const struct srv_net *net)
+{
+    return __atomic_load_n(&net->started_session, __ATOMIC_ACQUIRE);
+}
+
 void srv_net_oum_intake(struct srv_net *net, uint32_t session, uint64_t max)
 {
     net->oum_max = max;
@@ -930,6 +905,7 @@ static int next_oum(struct srv_net *net, struct srv_in *in)
         }
     }
     *in = (struct srv_in){.kind = SRV_IN_OUM_DROP, .seq = it.seq, .session = it.session};
+    srv_net_seen_session(net, it.session);
     if (it.kind == FLOW_MSG_FRAGMENT) {
         in->kind = SRV_IN_OUM_FILL;
         net->st.in_fill++;

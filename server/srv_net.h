@@ -87,6 +87,14 @@ int srv_net_next(struct srv_net *net, struct srv_in *in, uint64_t timeout_ns);
  * every few milliseconds. */
 void srv_net_tick(struct srv_net *net, uint64_t now);
 
+/* NOPaxos: the loop tells the sequencer failover decision (consensus/
+ * seqctl.h) the highest session its core is in (a declaration below it is
+ * obsolete); ordered-multicast messages raise it too. Loop thread. */
+void srv_net_seen_session(struct srv_net *net, uint32_t session);
+/* The highest sequencer session this node started (0: none), which the
+ * loop keeps on disk: a restarted node starts above it. Any thread. */
+uint32_t srv_net_started_session(const struct srv_net *net);
+
 /* Sends a protocol message to replica `to`. 0, or a negative code when it
  * was dropped (the peer unreachable or stalled). */
 int srv_net_to_peer(struct srv_net *net, uint32_t to, const void *buf, size_t len);

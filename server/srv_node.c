@@ -62,6 +62,7 @@ struct srv_node {
     uint64_t last_term;
     volatile sig_atomic_t stop, dump;
     uint32_t check_every; /* FLOWKV_CHECK_INVARIANTS: the core's invariants every N ticks */
+    uint32_t seq_saved;   /* "seq.session" on disk: the highest sequencer session started */
     uint64_t ticks;
     struct cons_op op; /* decode scratch for OUM requests */
     uint8_t *oum_buf;  /* encode scratch: a stamped OUM message */
@@ -346,6 +347,21 @@ static void dump_state(struct srv_node *n)
 }
 
 /* One batch: inputs, a tick when due, one commit. */
+/* NOPaxos, each tick: the session of the core's view to the failover
+ * decision (srv_net_seen_session), and a session this node started to
+ * its disk, in the batch's transaction, so that a restart starts above it. */
+static int note_sequencer(struct srv_node *n)
+{
+    struct cons_core_status cs;
+    n->core.ops->status(n->core.impl, &cs);
+    srv_net_seen_session(n->net, (uint32_t)(cs.term & 0xffffffffu)); /* nop.h: the view's session */
+    uint32_t started = srv_net_started_session(n->net);
+    if (started <= n->seq_saved)
+        return 0;
+    n->seq_saved = started;
+    return kv_meta_put(n->store, "seq.session", &started, sizeof(started));
+}
+
 static int batch(struct srv_node *n, int txn_open)
 {
     int rc = txn_open ? 0 : kv_write_begin(n->store);
@@ -367,6 +383,8 @@ static int batch(struct srv_node *n, int txn_open)
         uv_run(&n->loop, UV_RUN_NOWAIT);
         observe_term(n);
         observe_net(n);
+        if (rc == 0 && n->proto == CONS_PROTO_NOP)
+            rc = note_sequencer(n);
         if (n->check_every != 0 && ++n->ticks % n->check_every == 0)
             n->core.ops->invariants(n->core.impl); /* aborts on a violation */
         if (n->dump) {
@@ -825,7 +843,9 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
     }
     if (o->restore != NULL && (rc = restore(n, err, errcap)) < 0)
         return rc;
-    /* The sequencer session grows with every start of this node (srv_net.h). */
+    /* The sequencer sessions this node starts stay above the highest it ever
+     * started (consensus/seqctl.h): kept here, raised at each start and by
+     * the sessions it starts (note_sequencer). */
     uint32_t session = 0;
     size_t len = 0;
     if (kv_meta_get(n->store, "seq.session", &session, sizeof(session), &len) < 0 || len != 4)
@@ -840,6 +860,7 @@ int srv_node_open(const struct srv_opts *o, struct srv_node **out, char *err, si
         snprintf(err, errcap, "cannot write to %s: %s", self->data_dir, fk_strerror(rc));
         return rc;
     }
+    n->seq_saved = session;
     struct srv_net_conf nc = {
         .cluster = &n->o.cluster, .id = n->id, .proto = n->proto, .session = session};
     rc = srv_net_open(&nc, &n->net);

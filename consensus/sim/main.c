@@ -30,6 +30,7 @@
 #include "fk_time.h"
 #include "mpx.h"
 #include "nop.h"
+#include "seqctl.h"
 
 #include <inttypes.h>
 #include <malloc.h>
@@ -41,16 +42,18 @@ static const struct {
     const char *name;
     int proto;
     uint32_t bit;
+    int seq; /* a bug of the sequencer failover decision (seqctl.h), not of the core */
 } bugs[] = {
-    {"apply-uncommitted", SIM_MPX, MPX_BUG_APPLY_UNCOMMITTED},
-    {"local-reads", SIM_MPX, MPX_BUG_LOCAL_READS},
-    {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE},
-    {"stale-votes", SIM_MPX, MPX_BUG_STALE_VOTES},
-    {"stale-rows", SIM_MPX, MPX_BUG_STALE_ROWS},
-    {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT},
-    {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC},
-    {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY},
-    {"reply-unpersisted", SIM_NOP, NOP_BUG_REPLY_UNPERSISTED}, /* durable mode only */
+    {"apply-uncommitted", SIM_MPX, MPX_BUG_APPLY_UNCOMMITTED, 0},
+    {"local-reads", SIM_MPX, MPX_BUG_LOCAL_READS, 0},
+    {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE, 0},
+    {"stale-votes", SIM_MPX, MPX_BUG_STALE_VOTES, 0},
+    {"stale-rows", SIM_MPX, MPX_BUG_STALE_ROWS, 0},
+    {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT, 0},
+    {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC, 0},
+    {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY, 0},
+    {"reply-unpersisted", SIM_NOP, NOP_BUG_REPLY_UNPERSISTED, 0}, /* durable mode only */
+    {"seq-no-restart", SIM_NOP, SEQCTL_BUG_NO_RESTART, 1},
 };
 
 struct args {
@@ -59,7 +62,7 @@ struct args {
     int durable;                         /* NOPaxos durable mode */
     uint32_t ops;                        /* operations per client */
     uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
-    uint32_t bugs;
+    uint32_t bugs, seq_bugs;
     const char *bug_name;
     double seconds;   /* --seconds: stop starting seeds after this much wall time */
     int random_first; /* --first random: a fresh block of seeds */
@@ -74,14 +77,18 @@ static void usage(void)
             "                  [--durable] [--bug NAME] [--verbose] [--expect-failure]\n"
             "bugs: apply-uncommitted, local-reads, no-merge, stale-votes, stale-rows (mpx);\n"
             "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
-            "      reply-unpersisted (nop, durable)\n");
+            "      reply-unpersisted (nop, durable), \n"
+            "      seq-no-restart (nop)\n");
 }
 
 static int parse_bug(struct args *a, const char *name)
 {
     for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
         if (strcmp(bugs[i].name, name) == 0) {
-            a->bugs |= bugs[i].bit;
+            if (bugs[i].seq)
+                a->seq_bugs |= bugs[i].bit;
+            else
+                a->bugs |= bugs[i].bit;
             a->bug_name = name;
             a->protos = 1 << bugs[i].proto;
             if (bugs[i].bit == NOP_BUG_REPLY_UNPERSISTED && bugs[i].proto == SIM_NOP)
@@ -212,6 +219,7 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
         struct sim_opts o = {.seed = s,
                              .proto = proto,
                              .bugs = a->bugs,
+                             .seq_bugs = a->seq_bugs,
                              .verbose = a->verbose,
                              .ops_per_client = a->ops,
                              .fault_ms = a->fault_ms,

@@ -117,6 +117,11 @@ static int cut(const struct world *w, struct cons_addr a, struct cons_addr b)
            w->reps[a.id].side != w->reps[b.id].side;
 }
 
+int sim__cut(const struct world *w, uint32_t a, uint32_t b)
+{
+    return cut(w, cons_replica(a), cons_replica(b));
+}
+
 static void net_send(struct world *w, struct cons_addr from, struct cons_addr to,
                      const uint8_t *buf, uint32_t len)
 {
@@ -448,6 +453,8 @@ static void boot(struct world *w, uint32_t i, enum cons_start_mode mode)
         sim__fail(w, "replica %u: start failed: %s", i, fk_err_name(rc));
     r->up = 1;
     r->checked = 0;
+    if (w->o->proto == SIM_NOP && mode != CONS_START_FRESH)
+        sim__nop_seq_boot(w, i);
     sim__take_outbox(w, i, ob);
     sim__at(w, sim__urange(w, 1, SIM_TICK_NS), EV_TICK, i, r->inc, 0, NULL);
 }
@@ -471,6 +478,8 @@ static void crash(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
     count_xfers(w, i, !w->tearing_down);
+    if (w->o->proto == SIM_NOP)
+        sim__nop_seq_crash(w, i);
     cons_core_destroy(&r->core);
     kv_mem_destroy(r->kv);
     r->kv = NULL;
@@ -593,7 +602,22 @@ static void on_fault(struct world *w)
         w->res->partitions++;
         sim__say(w, 1, "fault: partition mask %#x", mask);
     } else if (dice < 40 && w->o->proto == SIM_NOP) {
-        sim__nop_failover(w);
+        /* The sequencer's host: crashed (its replicas find it refused) or
+         * cut off alone (silent), so that the failover decision runs. */
+        uint32_t h = sim__nop_seq_host(w);
+        if (h != SEQCTL_NONE && w->reps[h].up && sim__rnd(w) % 2 == 0 && down_count(w) < w->f) {
+            sim__say(w, 1, "fault: crash the sequencer's host, replica %u (restart with disk)", h);
+            crash(w, h);
+            w->res->crashes++;
+            sim__at(w, sim__urange(w, 300 * MS, 2000 * MS), EV_RESTART, h, w->reps[h].inc,
+                    CONS_START_RESTORED, NULL);
+        } else if (h != SEQCTL_NONE) {
+            for (uint32_t i = 0; i < w->n; i++)
+                w->reps[i].side = i == h;
+            w->partitioned = 1;
+            w->res->partitions++;
+            sim__say(w, 1, "fault: the sequencer's host, replica %u, cut off alone", h);
+        }
     } else if (dice < 50) {
         w->partitioned = 0;
         sim__say(w, 1, "fault: partition healed");
@@ -913,6 +937,9 @@ static void dispatch(struct world *w, struct ev *e)
         if (!w->healed)
             amnesia_step(w, (uint32_t)e->arg);
         break;
+    case EV_SEQCTL:
+        sim__nop_seq_round(w);
+        break;
     default:
         abort();
     }
@@ -981,6 +1008,8 @@ static void setup(struct world *w)
     w->res->dup_p = w->dup_p;
     for (uint32_t i = 0; i < w->n; i++)
         boot(w, i, CONS_START_FRESH);
+    if (w->o->proto == SIM_NOP)
+        sim__nop_seq_init(w);
     for (uint32_t c = 0; c < w->nclients; c++) {
         w->cl[c].id = c + 1;
         w->cl[c].target = (uint32_t)(sim__rnd(w) % w->n);

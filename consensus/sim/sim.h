@@ -51,6 +51,7 @@ struct sim_opts {
     uint64_t seed;
     int proto;               /* enum sim_proto */
     uint32_t bugs;           /* MPX_BUG_* or NOP_BUG_* on every replica (tests only) */
+    uint32_t seq_bugs;       /* SEQCTL_BUG_* in every replica's failover decision (tests only) */
     int verbose;             /* 1: one line per fault; 2: plus every client op */
     uint32_t ops_per_client; /* default 40 */
     uint64_t fault_ms;       /* virtual length of the fault phase; 0 = 2,000 */

@@ -12,6 +12,7 @@
 #include "lin.h"
 #include "mpx.h"
 #include "nop.h"
+#include "seqctl.h"
 #include "sim.h"
 
 #include <stddef.h>
@@ -36,7 +37,24 @@ _Static_assert(SIM_DISK_SLOTS >= SIM_LOG_CAP && SIM_DISK_SLOTS >= SIM_NOP_LOG_CA
 #define SIM_LIVE_NS   (10000 * MS)
 #define SIM_SETTLE_NS (600 * MS)
 
-enum ev_kind { EV_MSG = 1, EV_TICK, EV_DISK, EV_CLIENT, EV_FAULT, EV_RESTART, EV_HEAL, EV_AMNESIA };
+enum ev_kind {
+    EV_MSG = 1,
+    EV_TICK,
+    EV_DISK,
+    EV_CLIENT,
+    EV_FAULT,
+    EV_RESTART,
+    EV_HEAL,
+    EV_AMNESIA,
+    EV_SEQCTL, /* NOPaxos: a round of the sequencer failover decision (sim_nop.c) */
+};
+
+/* A NOPaxos sequencer a replica's process hosts (sim_nop.c). */
+struct sim_seq {
+    uint8_t live;
+    uint32_t session;
+    uint64_t msgnum;
+};
 
 struct smsg {
     struct cons_addr from, to;
@@ -113,10 +131,18 @@ struct world {
     double drop_p, dup_p;
     uint64_t delay_max, disk_max, fault_end;
     int partitioned, healed, failed;
-    /* NOPaxos sequencer: session and last message number; per replica the
-     * time of its last OUM delivery, so each sees numbers in order. */
-    uint32_t session;
-    uint64_t msgnum, oum_last[CONS_REPLICAS_MAX];
+    /* NOPaxos sequencers (sim_nop.c): the one each replica's process
+     * hosts, the declaration each replica knows (where the sequencer runs,
+     * its session), each replica's failover controller (consensus/
+     * seqctl.h, the server's decision) and the session floor its disk
+     * keeps (one more at each start); per replica the time of its last OUM
+     * delivery, so each sees numbers in order. */
+    struct sim_seq seqs[CONS_REPLICAS_MAX];
+    uint32_t decl_host[CONS_REPLICAS_MAX], decl_session[CONS_REPLICAS_MAX];
+    struct seqctl seqctl[CONS_REPLICAS_MAX];
+    uint32_t seq_floor[CONS_REPLICAS_MAX];
+    uint32_t seq_seen[CONS_REPLICAS_MAX]; /* the highest session delivered to each (memory) */
+    uint64_t oum_last[CONS_REPLICAS_MAX];
     /* The leader and victim of the amnesia-in-the-minority fault (sim.c). */
     uint32_t am_leader, am_victim;
 };
@@ -137,9 +163,22 @@ void sim__client_done(struct world *w, struct client *c, const struct cons_reply
 /* Queues a core's outbox: messages to the network, persists to its disk. */
 void sim__take_outbox(struct world *w, uint32_t i, const struct cons_outbox *ob);
 
+/* Whether the network separates replicas a and b now (a partition). */
+int sim__cut(const struct world *w, uint32_t a, uint32_t b);
+
 /* sim_nop.c */
 void sim__nop_client_send(struct world *w, struct client *c);
 void sim__nop_client_msg(struct world *w, struct client *c, const struct smsg *m);
-void sim__nop_failover(struct world *w);
+/* The sequencer at the start: hosted by the first replica of the failover
+ * order, known to all; the first round of the decision scheduled. */
+void sim__nop_seq_init(struct world *w);
+/* Replica i's process started again (after crash), or ended. */
+void sim__nop_seq_boot(struct world *w, uint32_t i);
+void sim__nop_seq_crash(struct world *w, uint32_t i);
+/* One round of every replica's failover decision (EV_SEQCTL). */
+void sim__nop_seq_round(struct world *w);
+/* The replica hosting the sequencer most replicas know of (faults aim at
+ * it), or SEQCTL_NONE. */
+uint32_t sim__nop_seq_host(const struct world *w);
 
 #endif /* SIM_INTERNAL_H */

@@ -20,7 +20,7 @@ static struct seqctl make(uint32_t n, uint32_t id, uint32_t floor, uint32_t bugs
 static struct seqctl_round round_of(uint32_t host, uint32_t session, uint32_t refused,
                                     uint32_t silent)
 {
-    struct seqctl_round r = {.host = host, .session = session};
+    struct seqctl_round r = {.host = host, .session = session, .hosting = 1};
     for (uint32_t j = 0; j < CONS_REPLICAS_MAX; j++)
         r.probe[j] = refused >> j & 1  ? SEQCTL_REFUSED_NOW
                      : silent >> j & 1 ? SEQCTL_SILENT
@@ -36,15 +36,16 @@ TEST(seqctl_refused_three_times_takes_over)
     CHECK_EQ_I64(seqctl_step(&s, &dead).kind, SEQCTL_NOTHING);
     struct seqctl_action a = seqctl_step(&s, &dead);
     CHECK_EQ_I64(a.kind, SEQCTL_TAKE_OVER);
-    CHECK_EQ_U64(a.session, 8); /* above the declaration's 7 and the floor 4 */
+    CHECK_EQ_U64(a.session, 10); /* replica 1's first above 7 and the floor 4: 8 + 1 + 1 */
     seqctl_took_over(&s, a.session, 1);
     /* Now the host: announce once every replica answers. */
-    CHECK_EQ_I64(seqctl_step(&s, &(struct seqctl_round){.host = 1, .session = 8}).kind,
-                 SEQCTL_NOTHING); /* probes zeroed: nobody answered */
-    struct seqctl_round back = round_of(1, 8, 0, 0);
+    CHECK_EQ_I64(
+        seqctl_step(&s, &(struct seqctl_round){.host = 1, .session = 10, .hosting = 1}).kind,
+        SEQCTL_NOTHING); /* probes zeroed: nobody answered */
+    struct seqctl_round back = round_of(1, 10, 0, 0);
     a = seqctl_step(&s, &back);
     CHECK_EQ_I64(a.kind, SEQCTL_ANNOUNCE);
-    CHECK_EQ_U64(a.session, 8);
+    CHECK_EQ_U64(a.session, 10);
     seqctl_announced(&s);
     CHECK_EQ_I64(seqctl_step(&s, &back).kind, SEQCTL_NOTHING);
 }
@@ -60,7 +61,7 @@ TEST(seqctl_silence_needs_six_rounds_in_a_row)
         CHECK_EQ_I64(seqctl_step(&s, &silent).kind, SEQCTL_NOTHING);
     struct seqctl_action a = seqctl_step(&s, &silent);
     CHECK_EQ_I64(a.kind, SEQCTL_TAKE_OVER);
-    CHECK_EQ_U64(a.session, 4);
+    CHECK_EQ_U64(a.session, 10);
     /* A silent round breaks a run of refusals. */
     struct seqctl t = make(3, 1, 0, 0);
     struct seqctl_round refused = round_of(2, 3, 1u << 2, 0);
@@ -100,7 +101,7 @@ TEST(seqctl_only_the_first_live_candidate_acts)
     }
     CHECK_EQ_I64(a2.kind, SEQCTL_NOTHING); /* 3 answers: it takes over */
     CHECK_EQ_I64(a3.kind, SEQCTL_TAKE_OVER);
-    CHECK_EQ_U64(a3.session, 10);
+    CHECK_EQ_U64(a3.session, 12); /* replica 3's first above 9 */
     /* 3 is gone too: 2 is next, with 0 and 1 a majority of five. */
     struct seqctl_round both = round_of(4, 9, 1u << 4 | 1u << 3, 0);
     struct seqctl s = make(5, 2, 0, 0);
@@ -126,15 +127,34 @@ TEST(seqctl_sessions_grow_past_every_known_one)
     for (int i = 0; i < 3; i++)
         a = seqctl_step(&t, &only2);
     CHECK_EQ_I64(a.kind, SEQCTL_TAKE_OVER);
-    CHECK_EQ_U64(a.session, 21);
-    CHECK_EQ_U64(seqctl_next(SEQCTL_SESSION_MAX), 1);
-    /* The planted bug keeps the dead host's session. */
-    struct seqctl b = make(3, 1, 0, SEQCTL_BUG_SAME_SESSION);
-    struct seqctl_round d = round_of(2, 5, 1u << 2, 0);
-    for (int i = 0; i < 3; i++)
-        a = seqctl_step(&b, &d);
+    CHECK_EQ_U64(a.session, 25); /* replica 0's first above its floor 20 */
+    /* Sessions belong to one replica each, and wrap to the owner's first. */
+    CHECK_EQ_U64(seqctl_session_after(0, 2), 3);
+    CHECK_EQ_U64(seqctl_session_after(2, 2), 3);
+    CHECK_EQ_U64(seqctl_session_after(3, 2), 11);
+    CHECK_EQ_U64(seqctl_session_after(4, 0), 9);
+    CHECK_EQ_U64(seqctl_session_after(SEQCTL_SESSION_MAX, 6), 7);
+    for (uint32_t v = 0; v < 200; v++)
+        for (uint32_t id = 0; id < SEQCTL_IDS; id++) {
+            uint32_t x = seqctl_session_after(v, id);
+            CHECK(x > v && (x - 1) % SEQCTL_IDS == id && x - v <= SEQCTL_IDS);
+        }
+}
+
+TEST(seqctl_a_named_host_without_its_sequencer_starts_one)
+{
+    /* Replica 2 restarted: the declaration names it, its process runs no
+     * sequencer; it starts one at once, above what it knows and did. */
+    struct seqctl s = make(3, 2, 11, 0);
+    struct seqctl_round r = round_of(2, 3, 0, 0);
+    r.hosting = 0;
+    struct seqctl_action a = seqctl_step(&s, &r);
     CHECK_EQ_I64(a.kind, SEQCTL_TAKE_OVER);
-    CHECK_EQ_U64(a.session, 5);
+    CHECK_EQ_U64(a.session, 19);
+    seqctl_took_over(&s, a.session, 0);
+    r.session = 19;
+    r.hosting = 1;
+    CHECK_EQ_I64(seqctl_step(&s, &r).kind, SEQCTL_NOTHING);
 }
 
 TEST(seqctl_announcing_stops_when_another_hosts)
