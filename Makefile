@@ -77,10 +77,10 @@ endif
 INC_common    := -Icommon
 INC_flows     := -Icommon -Iflows -Iflows/fabric
 INC_consensus := -Icommon -Iconsensus
-INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iserver -Iclient
+INC_server    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iproto -Iserver
 INC_ycsb      := -Icommon -Iycsb -Iclient -I$(BUILD)/gen
-INC_client    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iclient
-INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iserver -Iycsb -Iclient -Itests
+INC_client    := -Icommon -Iconsensus -Iflows -Iflows/fabric -Iproto -Iclient
+INC_tests     := -Icommon -Iflows -Iflows/fabric -Iconsensus -Iproto -Iserver -Iycsb -Iclient -Itests
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
 # Shell tests (integration, cluster, VM) print the same summary as C tests.
@@ -327,7 +327,7 @@ ubsan: deps
 tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build/tsan SAN=thread test-run
 
-C_FILES := $(sort $(shell find common flows consensus server client ycsb tests -name '*.[ch]' 2>/dev/null))
+C_FILES := $(sort $(shell find common flows consensus proto server client ycsb tests -name '*.[ch]' 2>/dev/null))
 lint:
 	clang-format --dry-run --Werror $(C_FILES)
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,performance,portability \
@@ -457,7 +457,11 @@ fuzz: fuzz-build
 # shared library and `--static` the archive. deploy/ installs replicas
 # with `make install DESTDIR=...`.
 LIBFLOWKV := $(BUILD)/lib/libflowkv.a
-LIBFLOWKV_SRC := $(CLIENT_SRC) $(FLOWS_SRC) $(CONSENSUS_SRC) $(COMMON_SRC)
+# The client needs the cores' client-side codecs only (proto/fkc_proto.h):
+# the wire format, Multi-Paxos' request and reply, NOPaxos' reply and
+# quorum; not the replicas.
+CLIENT_CODECS := consensus/cons_wire.c consensus/mpx_client.c consensus/nop_client.c
+LIBFLOWKV_SRC := $(CLIENT_SRC) $(FLOWS_SRC) $(CLIENT_CODECS) $(COMMON_SRC)
 $(LIBFLOWKV): $(call obj,$(LIBFLOWKV_SRC))
 all: $(LIBFLOWKV)
 # Requires.private: only what the client half links (no LMDB, no curl).

@@ -16,30 +16,6 @@ static uint64_t mix64(uint64_t x)
     return x;
 }
 
-void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t key_len,
-                  const void *val, uint32_t val_len, const void *exp, uint32_t exp_len)
-{
-    FK_ASSERT(key_len <= CONS_KEY_MAX);
-    memset(op, 0, CONS_OP_HEAD);
-    op->type = type;
-    op->key_len = (uint16_t)key_len;
-    op->val_len = val_len;
-    op->exp_len = exp_len;
-    op->ext = NULL;
-    if (cons_op_nbytes(op) > CONS_OP_INLINE) {
-        /* The caller's bytes, one after another (cons_op_init's contract). */
-        FK_ASSERT((const uint8_t *)val == (const uint8_t *)key + key_len || val_len == 0);
-        op->ext = key;
-        return;
-    }
-    if (key_len)
-        memcpy(op->inl, key, key_len);
-    if (val_len)
-        memcpy(op->inl + key_len, val, val_len);
-    if (exp_len)
-        memcpy(op->inl + key_len + val_len, exp, exp_len);
-}
-
 int cons_op_store(struct cons_op *dst, struct cons_big *big, struct cons_bigpool *pool,
                   const struct cons_op *src)
 {

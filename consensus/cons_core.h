@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 /* A replica's role, as clients and operators see it (the values of
- * fkc_proto.h's enum fkc_role). Multi-Paxos uses FOLLOWER, CANDIDATE,
+ * proto/fkc_proto.h's enum fkc_role, which asserts it). Multi-Paxos uses FOLLOWER, CANDIDATE,
  * LEADER and RECOVERING; NOPaxos FOLLOWER, LEADER (the leader of a view in
  * normal status), VIEW_CHANGE and RECOVERING. */
 enum cons_role {

@@ -1,6 +1,7 @@
 /* cons_wire.c: bounded readers and writers and the op/reply layouts. */
 #include "cons_wire.h"
 
+#include "fk_assert.h"
 #include "fk_error.h"
 
 #include <stddef.h>
@@ -242,4 +243,30 @@ int cons_wire_get_reply(struct cons_rbuf *r, struct cons_reply *rep, const uint8
     rep->len = h.len;
     *data = d;
     return 0;
+}
+
+/* An op is built here too (cons.h): the one constructor clients and cores
+ * share, beside its wire form. */
+void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t key_len,
+                  const void *val, uint32_t val_len, const void *exp, uint32_t exp_len)
+{
+    FK_ASSERT(key_len <= CONS_KEY_MAX);
+    memset(op, 0, CONS_OP_HEAD);
+    op->type = type;
+    op->key_len = (uint16_t)key_len;
+    op->val_len = val_len;
+    op->exp_len = exp_len;
+    op->ext = NULL;
+    if (cons_op_nbytes(op) > CONS_OP_INLINE) {
+        /* The caller's bytes, one after another (cons_op_init's contract). */
+        FK_ASSERT((const uint8_t *)val == (const uint8_t *)key + key_len || val_len == 0);
+        op->ext = key;
+        return;
+    }
+    if (key_len)
+        memcpy(op->inl, key, key_len);
+    if (val_len)
+        memcpy(op->inl + key_len, val, val_len);
+    if (exp_len)
+        memcpy(op->inl + key_len + val_len, exp, exp_len);
 }

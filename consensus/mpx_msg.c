@@ -258,22 +258,3 @@ void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep)
     cons_wire_put_reply(&w, rep);
     mpx__send(r, &w, cons_client(client));
 }
-
-int mpx_encode_request(uint8_t *buf, size_t cap, const struct cons_op *op)
-{
-    struct cons_wbuf w;
-    cons_wbuf_init(&w, buf, cap);
-    cons_wire_begin(&w, CONS_PROTO_MPX, MPX_REQUEST, CONS_FROM_CLIENT, 0);
-    cons_wire_put_op(&w, op);
-    return cons_wire_finish(&w);
-}
-
-int mpx_decode_reply(const uint8_t *buf, size_t len, struct cons_reply *reply, const uint8_t **data,
-                     uint32_t *leader_hint)
-{
-    struct mpx_msg m;
-    if (decode(buf, len, &m, NULL, reply, data, CONS_BATCH_MAX) < 0 || m.type != MPX_REPLY)
-        return FK_EMALFORMED;
-    *leader_hint = m.hint;
-    return 0;
-}

@@ -54,3 +54,20 @@ int nop_quorum_add(struct nop_quorum *q, uint32_t from, const uint8_t *buf, size
     *result = &q->cands[k].result;
     return 1;
 }
+
+int nop_decode_reply(const uint8_t *buf, size_t len, struct nop_view *view, uint64_t *slot,
+                     int *has_result, struct cons_reply *reply, const uint8_t **data)
+{
+    struct cons_wire_hdr h;
+    struct cons_rbuf r;
+    if (cons_wire_open(buf, len, CONS_PROTO_NOP, NOP__TYPES, &h, &r) < 0 || h.type != NOP_REPLY)
+        return FK_EMALFORMED;
+    *slot = cons_r_u64(&r);
+    uint8_t flag = cons_r_u8(&r);
+    if (r.err || flag > 1 || *slot == 0 || cons_wire_get_reply(&r, reply, data) < 0 ||
+        reply->len > NOP_RESULT_MAX || cons_r_done(&r) < 0)
+        return FK_EMALFORMED;
+    *view = nop__unpack(h.term);
+    *has_result = flag;
+    return 0;
+}

@@ -1,5 +1,5 @@
 /*
- * srv_net.c: a replica's flows; see srv_net.h and client/fkc_proto.h.
+ * srv_net.c: a replica's flows; see srv_net.h and proto/fkc_proto.h.
  *
  * Two threads touch flows here. The event loop (the handle's owner)
  * consumes every flow the replica hosts and pushes to peers and clients.

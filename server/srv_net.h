@@ -1,5 +1,5 @@
 /*
- * srv_net.h: a replica's flows (client/fkc_proto.h names them): its node,
+ * srv_net.h: a replica's flows (proto/fkc_proto.h names them): its node,
  * the flows it hosts, its sources towards the other replicas and its
  * replies to clients, behind one "next input" call for the event loop.
  *

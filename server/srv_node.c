@@ -98,7 +98,7 @@ static void fill_status(struct srv_node *n, struct fkc_status *st)
     st->uptime_ns = fk_now_ns() - n->start_ns;
     struct cons_core_status cs;
     n->core.ops->status(n->core.impl, &cs);
-    st->role = cs.role; /* enum cons_role matches enum fkc_role */
+    st->role = cs.role; /* enum fkc_role mirrors enum cons_role (fkc_proto.h asserts it) */
     st->term = cs.term;
     st->leader = cs.leader;
     st->commit = cs.commit;

@@ -1,6 +1,6 @@
 /*
  * fuzz_request.c: libFuzzer target for the bytes a replica takes from
- * clients (client/fkc_proto.h): a kv.req.<i> message (one fkc_kind byte and
+ * clients (proto/fkc_proto.h): a kv.req.<i> message (one fkc_kind byte and
  * the request) and, under NOPaxos, a kv.oum message (struct fkc_oum and
  * one encoded cons op, joined from its fragments by flow_msg) and the
  * fills of its leading fragments.

@@ -1,6 +1,10 @@
 /*
  * fkc_proto.h: the contract between libflowkv and flowkv-server: which
- * flows a replica hosts, and the bytes that travel on them.
+ * flows a replica hosts, and the bytes that travel on them. It sits below
+ * both (proto/, STYLE.md point 16): client/ and server/ include it, and
+ * neither includes the other; the cores' client-side codecs it names
+ * (mpx_encode_request, mpx_decode_reply, nop_decode_reply, nop_quorum_*)
+ * are the only part of consensus/ libflowkv links.
  *
  * Every flow is declared by the replica that hosts it (its "home"), so a
  * replica depends on no other process to come up, and a dead replica takes
@@ -62,6 +66,7 @@
 #define FKC_PROTO_H
 
 #include "cons.h"
+#include "cons_core.h" /* enum cons_role, which enum fkc_role mirrors */
 #include "cons_wire.h"
 #include "nop.h"
 
@@ -136,6 +141,13 @@ enum fkc_role {
     FKC_ROLE_RECOVERING = 4,
     FKC_ROLE_VIEW_CHANGE = 5,
 };
+/* The server sends the core's role as it is (srv_node.c, fill_status). */
+_Static_assert(FKC_ROLE_FOLLOWER == (int)CONS_ROLE_FOLLOWER &&
+                   FKC_ROLE_CANDIDATE == (int)CONS_ROLE_CANDIDATE &&
+                   FKC_ROLE_LEADER == (int)CONS_ROLE_LEADER &&
+                   FKC_ROLE_RECOVERING == (int)CONS_ROLE_RECOVERING &&
+                   FKC_ROLE_VIEW_CHANGE == (int)CONS_ROLE_VIEW_CHANGE,
+               "enum fkc_role mirrors enum cons_role");
 
 struct fkc_status {
     uint32_t id;       /* replica id */
