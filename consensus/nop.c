@@ -1,6 +1,8 @@
-/* nop.c: the NOPaxos replica: setup, execution, normal operation over the
- * OUM (section 5.2.1), gap agreement (5.2.2), synchronization (5.2.4) and
- * the step dispatcher. View change and recovery are in nop_view.c. */
+/* nop.c: the NOPaxos replica: setup, state transfer, execution, timers and
+ * the step dispatcher. Each protocol phase has its file, one handler per
+ * message: normal operation over the OUM (section 5.2.1) in nop_normal.c,
+ * gap agreement (5.2.2) in nop_gap.c, synchronization (5.2.4) in
+ * nop_sync.c, view change and recovery (5.2.3, 5.3) in nop_view.c. */
 #include "nop_internal.h"
 
 #include "fk_error.h"
@@ -175,7 +177,7 @@ void nop__reset_state(struct nop *r)
 /* Whether this replica's log holds slots (commit, index] exactly as the
  * sender's committed history (m's hashes) does: then they are committed
  * here too. */
-static int confirmed(const struct nop *r, uint64_t index, const struct nop_msg *m)
+int nop__confirmed(const struct nop *r, uint64_t index, const struct nop_msg *m)
 {
     if (index > r->log_len)
         return 0;
@@ -193,7 +195,7 @@ static int confirmed(const struct nop *r, uint64_t index, const struct nop_msg *
 void nop__restart_ring(struct nop *r, uint64_t index, int keep_tail, const struct nop_msg *m)
 {
     FK_ASSERT(index > r->snap);
-    if (index <= r->commit || confirmed(r, index, m)) {
+    if (index <= r->commit || nop__confirmed(r, index, m)) {
         /* Committed: identical everywhere, so this replica's own slots up
          * to index will do. */
         if (r->commit < index)
@@ -281,7 +283,7 @@ static void took_state(struct nop *r, uint64_t index)
 
 /* Fetches a state when the machine is behind the ring (nop.h, "State"),
  * from the view's leader first (cons_xfer moves on to the others). */
-static void maybe_fetch(struct nop *r)
+void nop__maybe_fetch(struct nop *r)
 {
     if (!nop__needs_state(r) || r->status != NOP_NORMAL || cons_xfer_active(&r->xfer) ||
         r->poisoned)
@@ -482,7 +484,7 @@ uint64_t nop__quorum_point(const struct nop *r, uint64_t mine, const uint64_t *t
  * snap) on f+1 replicas, so that f losing theirs leave one to serve. A
  * follower that lags in execution holds the leader back (the ring fills,
  * nop__drain stops taking requests) instead of needing a state. */
-static uint64_t leader_safe(const struct nop *r)
+uint64_t nop__leader_safe(const struct nop *r)
 {
     return nop__quorum_point(r, r->executed, r->exec_of);
 }
@@ -494,17 +496,17 @@ static uint64_t leader_safe(const struct nop *r)
  * behind still finds its entries (a view change, a sync) instead of
  * needing a state. The leader stops taking requests three quarters of a
  * ring past snap (nop__drain) until the commit point lets it compact. */
-static uint64_t leader_stop_gap(const struct nop *r)
+uint64_t nop__leader_stop_gap(const struct nop *r)
 {
     return r->cfg.log_cap / 4 * 3;
 }
 
-static int maybe_compact(struct nop *r)
+int nop__maybe_compact(struct nop *r)
 {
     if (r->status != NOP_NORMAL || nop__needs_state(r) || r->log_len - r->snap < r->cfg.log_cap / 2)
         return 0;
     uint64_t to = r->log_len - r->cfg.log_cap / 4;
-    uint64_t safe = nop__is_leader(r) ? leader_safe(r) : r->safe;
+    uint64_t safe = nop__is_leader(r) ? nop__leader_safe(r) : r->safe;
     if (to > safe)
         to = safe;
     if (to > r->commit)
@@ -538,549 +540,6 @@ static void nop__mark(struct nop *r)
     r->marked = r->executed;
 }
 
-/* ---- normal operation over the OUM (section 5.2.1) ------------------------ */
-
-/* The next OUM message number; 0 while a state transfer left this replica
- * before the session's first slot (sync fills the gap). */
-static uint64_t expected(const struct nop *r)
-{
-    return r->log_len >= r->sess_start ? r->log_len - r->sess_start + 1 : 0;
-}
-
-/* Empties the OUM buffer in O(1): a new epoch leaves every slot stale
- * without touching it (the buffer is NOP_OUM_BUF ops, ~2.6 MiB, whose
- * pages a loop over it faulted in at every create). */
-void nop__oum_clear(struct nop *r)
-{
-    r->oum_drop_upto = 0;
-    r->oum_epoch++;
-}
-
-/* Whether slot s holds OUM message num (a request, fill or drop). */
-static int oum_holds(const struct nop *r, const struct nop_oum *s, uint64_t num)
-{
-    return s->kind && s->epoch == r->oum_epoch && s->msgnum == num;
-}
-
-/* A NO-OP entry, for appends (a zeroed 2 KiB entry on the stack per fill
- * once cost a memset and a copy). */
-static const struct nop_entry noop_entry = {.kind = NOP_ENT_NOOP};
-
-static void append(struct nop *r, const struct nop_entry *e)
-{
-    FK_ASSERT(nop__fits(r, r->log_len + 1));
-    nop__entry_copy(nop__ent(r, ++r->log_len), e);
-    nop__touch(r, r->log_len);
-}
-
-static void ack_request(struct nop *r, uint64_t slot, const struct cons_op *op)
-{
-    memset(&r->reply, 0, offsetof(struct cons_reply, data));
-    r->reply.client_id = op->client_id;
-    r->reply.req_no = op->req_no;
-    nop__reply(r, slot, 0, &r->reply);
-}
-
-static void send_gap_commits(struct nop *r)
-{
-    for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p == r->cfg.id || (r->gap_acks >> p & 1))
-            continue;
-        if (r->gap_lo == r->gap_slot) {
-            nop__send_u64(r, p, NOP_GAP_COMMIT, r->gap_slot);
-            continue;
-        }
-        struct cons_wbuf w;
-        nop__begin(r, &w, NOP_GAP_COMMIT, nop__pack(r->view));
-        cons_w_u64(&w, r->gap_slot);
-        cons_w_u64(&w, r->gap_lo);
-        nop__send(r, &w, cons_replica(p));
-    }
-    r->gap_sent = r->now;
-}
-
-/* Whether OUM message `want` is known dropped; if so it is consumed. */
-static int take_drop(struct nop *r, uint64_t want)
-{
-    struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
-    int here = oum_holds(r, s, want);
-    if (want == 0 || (here ? s->kind != NOP_OUM_DROP : want > r->oum_drop_upto))
-        return 0;
-    if (here)
-        s->kind = 0;
-    return 1;
-}
-
-/* A dropped message (5.2.2): the leader commits a NO-OP in its slot and
- * stops until f followers hold it too; a follower asks the leader. In
- * durable mode, where each round of gap agreement waits for disks, the
- * leader NO-OPs the whole run of consecutive drops it knows in one round
- * (the same agreement, for several slots: followers confirm the run only
- * once they hold all of it), so a group that comes back from a
- * whole-group restart far behind its sequencer catches up. */
-static void on_drop(struct nop *r)
-{
-    if (nop__is_leader(r)) {
-        append(r, &noop_entry);
-        r->gap_lo = r->log_len;
-        while (r->cfg.durable && nop__fits(r, r->log_len + 1) &&
-               r->log_len - r->snap < leader_stop_gap(r) && take_drop(r, expected(r)))
-            append(r, &noop_entry);
-        nop__execute_to(r, r->log_len, 1);
-        r->gap_slot = r->log_len;
-        r->gap_acks = 0;
-        send_gap_commits(r);
-        return;
-    }
-    if (r->cfg.bugs & NOP_BUG_NO_GAP_AGREEMENT) {
-        append(r, &noop_entry); /* planted bug: decides the gap alone */
-        return;
-    }
-    r->find_slot = r->log_len + 1;
-    r->find_sent = r->now;
-    nop__send_u64(r, nop__leader_of(r, r->view), NOP_GAP_FIND, r->find_slot);
-}
-
-/* Processes buffered OUM messages in number order while nothing blocks. */
-void nop__drain(struct nop *r)
-{
-    int full = 0;
-    while (r->status == NOP_NORMAL && !r->poisoned && !r->gap_slot && !r->find_slot &&
-           nop__fits(r, r->log_len + 1) &&
-           !(full = nop__is_leader(r) && r->log_len - r->snap >= leader_stop_gap(r))) {
-        uint64_t want = expected(r);
-        if (want == 0)
-            return;
-        struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
-        uint8_t kind = NOP_OUM_DROP;
-        if (oum_holds(r, s, want))
-            kind = s->kind;
-        else if (want > r->oum_drop_upto)
-            return;
-        s->kind = 0;
-        if (kind == NOP_OUM_DROP) {
-            on_drop(r);
-            continue;
-        }
-        if (kind == NOP_OUM_FILL) {
-            /* A number that carries no request (nop.h): every replica that
-             * received it holds the same bytes, so each logs the same NO-OP
-             * without agreement; one that lost it asks the leader as for any
-             * drop (5.2.2). Nobody waits for it: no reply. */
-            append(r, &noop_entry);
-            if (nop__is_leader(r))
-                nop__execute_to(r, r->log_len, 1);
-            continue;
-        }
-        /* Straight from the OUM buffer into the ring: no copy between. */
-        FK_ASSERT(nop__fits(r, r->log_len + 1));
-        struct nop_entry *e = nop__ent(r, ++r->log_len);
-        e->kind = NOP_ENT_REQ;
-        cons_op_copy(&e->op, &s->op);
-        nop__touch(r, r->log_len);
-        if (nop__is_leader(r))
-            nop__execute_to(r, r->log_len, 1);
-        else
-            ack_request(r, r->log_len, &e->op);
-        if (!nop__is_leader(r) && (r->cfg.bugs & NOP_BUG_FOLLOWER_EXEC))
-            nop__execute_to(r, r->log_len, 0); /* planted bug */
-    }
-    /* Stopped at the stop gap with the next message waiting: a stall. */
-    uint64_t want = full ? expected(r) : 0;
-    const struct nop_oum *s = &r->oum[want % NOP_OUM_BUF];
-    int waiting = want && oum_holds(r, s, want);
-    r->stalls += waiting && !r->stalled;
-    r->stalled = waiting;
-}
-
-static void on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op *op)
-{
-    uint32_t session = (uint32_t)m->term;
-    if (r->status == NOP_RECOVERING)
-        return;
-    if (session > r->view.session) {
-        /* The sequencer failed over: a new session needs a new view. */
-        struct nop_view v = {r->view.leader_num, session};
-        nop__start_view_change(r, v);
-        return;
-    }
-    if (session < r->view.session || r->status != NOP_NORMAL)
-        return;
-    uint64_t want = expected(r), num = m->u1;
-    if (want == 0 || num < want)
-        return; /* old, or waiting for the session's start */
-    if (num >= want + NOP_OUM_BUF) {
-        /* Beyond the buffer: in OUM order everything before it was dropped,
-         * and it is dropped too (the client retries). */
-        r->oum_overflows++;
-        if (num > r->oum_drop_upto)
-            r->oum_drop_upto = num;
-        nop__drain(r);
-        return;
-    }
-    /* The OUM delivers in order, so every number skipped was dropped. */
-    for (uint64_t k = want; k < num; k++) {
-        struct nop_oum *s = &r->oum[k % NOP_OUM_BUF];
-        if (!oum_holds(r, s, k)) {
-            s->kind = NOP_OUM_DROP;
-            s->epoch = r->oum_epoch;
-            s->msgnum = k;
-        }
-    }
-    struct nop_oum *s = &r->oum[num % NOP_OUM_BUF];
-    s->kind = m->type;
-    s->epoch = r->oum_epoch;
-    s->msgnum = num;
-    if (m->type == NOP_OUM_REQ)
-        cons_op_copy(&s->op, op);
-    nop__drain(r);
-}
-
-/* ---- gap agreement (section 5.2.2) ------------------------------------------ */
-
-static void on_gap_find(struct nop *r, const struct nop_msg *m)
-{
-    if (!nop__is_leader(r) || m->u1 == 0 || m->u1 > r->log_len ||
-        (m->u1 <= r->snap && !nop__hist_entry(r, m->u1)))
-        return; /* compacted and gone: sync tells the follower to fetch a state */
-    struct cons_wbuf w;
-    nop__begin(r, &w, NOP_GAP_RECV, nop__pack(r->view));
-    nop__put_segment(r, &w, m->u1, m->u1);
-    nop__send(r, &w, cons_replica(m->from));
-}
-
-/* Places the leader's entry e at slot on a follower. */
-static void follower_put(struct nop *r, uint64_t slot, const struct nop_entry *e)
-{
-    if (slot <= r->commit || slot > r->log_len + 1 || !nop__fits(r, slot))
-        return; /* committed (identical), not contiguous, or no room yet */
-    if (slot <= r->log_len)
-        nop__entry_copy(nop__ent(r, slot), e);
-    else
-        append(r, e);
-    nop__touch(r, slot);
-    if (slot <= r->executed && *nop__sig(r, slot) != nop__entry_hash(e))
-        nop__rollback(r, slot - 1); /* executed as an old leader, replaced (cannot happen
-                                       after enter_view's check; kept for the disk's sake) */
-    if (r->find_slot && r->find_slot <= r->log_len)
-        r->find_slot = 0;
-}
-
-static void on_gap_recv(struct nop *r, const struct nop_msg *m)
-{
-    struct cons_rbuf rd = m->ents;
-    struct nop_entry e;
-    nop__entry_next(&rd, &e);
-    uint64_t before = r->log_len;
-    follower_put(r, m->lo, &e);
-    if (r->log_len > before && e.kind == NOP_ENT_REQ)
-        ack_request(r, r->log_len, &e.op);
-    nop__drain(r);
-}
-
-/* NO-OPs for slots lo..u1 (one slot but in durable mode); confirmed only
- * once this follower holds every one of them. */
-static void on_gap_commit(struct nop *r, const struct nop_msg *m)
-{
-    uint64_t lo = m->u2;
-    if (m->u1 == 0 || lo == 0 || lo > r->log_len + 1 || m->u1 <= r->commit ||
-        !nop__fits(r, m->u1)) {
-        if (m->u1 != 0 && m->u1 <= r->commit)
-            nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
-        return;
-    }
-    for (uint64_t s = lo; s <= m->u1; s++)
-        follower_put(r, s, &noop_entry);
-    nop__send_u64(r, m->from, NOP_GAP_COMMIT_REP, m->u1);
-    nop__drain(r);
-}
-
-static void on_gap_commit_rep(struct nop *r, const struct nop_msg *m)
-{
-    if (!nop__is_leader(r) || !r->gap_slot || m->u1 != r->gap_slot)
-        return;
-    r->gap_acks |= 1ull << m->from;
-    if ((uint32_t)__builtin_popcountll(r->gap_acks) >= r->f) {
-        r->gap_slot = 0;
-        nop__drain(r);
-    }
-}
-
-/* ---- synchronization (section 5.2.4) ----------------------------------------- */
-
-/* Synchronization sends each follower, by default, only the hashes of the
- * leader's entries after its synced prefix (SYNC_SIG): its log came over
- * the OUM and normally matches, so entries travel again (SYNC, at most
- * NOP_SYNC_ENTRIES) only to a follower that reported a differing entry or
- * made no progress between two heartbeats. A prefix confirmed this way is
- * what the paper's SYNC-PREPARE / SYNC-REPLY establish: entries identical
- * to the leader's. Below the leader's snap the hashes come from the
- * committed history and the entries from what the ring still holds; only
- * a follower behind both is told to fetch a state (STATE). */
-static uint32_t sync_count(const struct nop *r, uint32_t p)
-{
-    uint64_t lo = r->acked[p] + 1;
-    uint32_t max = r->need_full[p] ? NOP_SYNC_ENTRIES : NOP_SYNC_SIGS;
-    return r->log_len >= lo ? (uint32_t)(r->log_len - lo + 1 < max ? r->log_len - lo + 1 : max) : 0;
-}
-
-/* 1 when follower p's next sync needs a state: it starts below the
- * leader's snap where the history (hashes) or the ring (entries) no
- * longer reach. */
-static int needs_state(const struct nop *r, uint32_t p)
-{
-    uint64_t lo = r->acked[p] + 1, h;
-    uint32_t n = sync_count(r, p);
-    for (uint64_t i = lo; i < lo + n && i <= r->snap; i++) {
-        if (r->need_full[p] ? !nop__hist_entry(r, i) : !nop__hist_hash(r, i, &h))
-            return 1;
-    }
-    return lo <= r->snap && n == 0;
-}
-
-/* Entries from the history (cons_hist.h) for follower p, behind what the
- * ring and the hashes reach: a SYNC from lo with as many as its ring can
- * take before it executes and compacts (half a ring) within
- * NOP_SYNC_PAST_BYTES. A wiped follower that fetched a state for seconds
- * under load finds its state behind the ring; without these it fetched a
- * state again, and again while the load went on. */
-static void send_past(struct nop *r, uint32_t p, uint64_t lo)
-{
-    struct cons_wbuf w;
-    nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
-    cons_w_u64(&w, r->commit);
-    cons_w_u64(&w, lo);
-    size_t count_at = w.len;
-    cons_w_u32(&w, 0);
-    size_t end = w.len + NOP_SYNC_PAST_BYTES;
-    if (w.err || w.cap - w.len < 8)
-        return; /* the arena is full this step: the next heartbeat sends it */
-    if (end > w.cap - 8)
-        end = w.cap - 8; /* room for safe */
-    uint32_t n = 0;
-    for (uint64_t i = lo; i <= r->snap && n < r->cfg.log_cap / 2; i++, n++) {
-        uint32_t len = cons_hist_get(&r->past, i, w.p + w.len, end - w.len);
-        if (len == 0 || len > end - w.len)
-            break;
-        w.len += len;
-    }
-    if (n == 0)
-        return;
-    memcpy(w.p + count_at, &n, sizeof n);
-    cons_w_u64(&w, leader_safe(r));
-    nop__send(r, &w, cons_replica(p));
-    r->sync_out[p] = 1;
-    r->syncs[NOP_SYNC_KIND_PAST]++;
-}
-
-/* state_ok 0: a follower that needs a state gets nothing now (the
- * eager path leaves it to the heartbeat). */
-static void send_sync(struct nop *r, uint32_t p, int state_ok)
-{
-    struct cons_wbuf w;
-    int state = needs_state(r, p);
-    if (state && cons_hist_has(&r->past, r->acked[p] + 1)) {
-        send_past(r, p, r->acked[p] + 1);
-        return;
-    }
-    if (state && !state_ok)
-        return;
-    r->sync_out[p] = 1;
-    if (state) {
-        /* What it lacks was compacted: it fetches a state (cons_xfer). */
-        nop__begin(r, &w, NOP_STATE, nop__pack(r->view));
-        cons_w_u64(&w, r->sess_start);
-        cons_w_u64(&w, r->commit);
-        cons_w_u64(&w, r->snap);
-        nop__put_hist(r, &w);
-        nop__send(r, &w, cons_replica(p));
-        r->syncs[NOP_SYNC_KIND_STATE]++;
-        return;
-    }
-    uint64_t lo = r->acked[p] + 1, hi = lo + sync_count(r, p) - 1;
-    r->syncs[r->need_full[p] ? NOP_SYNC_KIND_ENTRIES : NOP_SYNC_KIND_HASHES]++;
-    if (!r->need_full[p]) {
-        nop__begin(r, &w, NOP_SYNC_SIG, nop__pack(r->view));
-        cons_w_u64(&w, r->commit);
-        cons_w_u64(&w, lo);
-        cons_w_u32(&w, hi >= lo ? (uint32_t)(hi - lo + 1) : 0);
-        for (uint64_t i = lo; i <= hi; i++) {
-            uint64_t h = 0;
-            if (i > r->snap)
-                h = nop__entry_hash(nop__ent(r, i));
-            else
-                nop__hist_hash(r, i, &h); /* present: needs_state */
-            cons_w_u64(&w, h);
-        }
-        cons_w_u64(&w, leader_safe(r));
-        nop__send(r, &w, cons_replica(p));
-        return;
-    }
-    nop__begin(r, &w, NOP_SYNC, nop__pack(r->view));
-    cons_w_u64(&w, r->commit);
-    nop__put_segment(r, &w, lo, hi);
-    cons_w_u64(&w, leader_safe(r));
-    nop__send(r, &w, cons_replica(p));
-}
-
-/* Eager synchronization: a follower log_cap / 16 entries behind (any
- * entry once compaction is due) is synced now rather than at the next
- * heartbeat, unless it needs a state (that notice waits for the
- * heartbeat). The leader stops taking requests three quarters of a ring
- * past snap until f+1 confirm enough to compact (maybe_compact); with
- * syncs only every heartbeat a busy leader spent most of its time there. */
-static void sync_eager(struct nop *r)
-{
-    /* Durable mode: the leader answers only once a slot commits, so every
-     * step that appended syncs. */
-    uint64_t behind = r->cfg.log_cap / 16 > 0 && !r->cfg.durable ? r->cfg.log_cap / 16 : 1;
-    if (!nop__is_leader(r) || r->status != NOP_NORMAL)
-        return;
-    if (r->log_len - r->snap >= r->cfg.log_cap / 2)
-        behind = 1; /* due for compaction: it waits for f+1 */
-    for (uint32_t p = 0; p < r->cfg.n; p++) {
-        if (p != r->cfg.id && !r->sync_out[p] && r->log_len - r->acked[p] >= behind)
-            send_sync(r, p, 0);
-    }
-}
-
-/* asked: the first slot the answered message covered, so that the leader
- * judges progress against what it asked for (on_sync_rep). */
-static void send_sync_rep(struct nop *r, uint32_t to, uint64_t flags, uint64_t asked)
-{
-    struct cons_wbuf w;
-    nop__begin(r, &w, NOP_SYNC_REP, nop__pack(r->view));
-    cons_w_u64(&w, r->synced);
-    cons_w_u64(&w, flags);
-    cons_w_u64(&w, asked);
-    cons_w_u64(&w, r->executed);
-    nop__send(r, &w, cons_replica(to));
-}
-
-/* Adopts the leader's commit point up to the synced prefix and executes. */
-static void follow_commit(struct nop *r, uint64_t leader_commit)
-{
-    uint64_t c = leader_commit < r->synced ? leader_commit : r->synced;
-    if (c > r->commit)
-        r->commit = c;
-    nop__execute_to(r, r->commit > r->executed ? r->commit : r->executed, 0);
-}
-
-/* A follower compares the leader's entry hashes with its own log: the
- * contiguous run that matches extends its synced prefix. It stops at the
- * first slot it lacks (still on its way over the OUM, or lost: gap
- * agreement or a later SYNC brings it) or holds differently (reported, so
- * that the leader sends entries). */
-static void on_sync_sig(struct nop *r, const struct nop_msg *m)
-{
-    r->last_heard = r->now;
-    struct cons_rbuf rd = m->ents;
-    uint64_t i = m->lo;
-    int differed = 0;
-    for (uint32_t k = 0; k < m->nents; k++, i++) {
-        uint64_t h = cons_r_u64(&rd);
-        if (i <= r->commit)
-            continue; /* committed here already: identical */
-        if (i > r->log_len)
-            break;
-        if (nop__entry_hash(nop__ent(r, i)) != h) {
-            differed = 1;
-            break;
-        }
-    }
-    if (m->lo <= r->synced + 1 && i - 1 > r->synced)
-        r->synced = i - 1;
-    if (m->u4 > r->safe)
-        r->safe = m->u4;
-    follow_commit(r, m->u1);
-    send_sync_rep(r, m->from, differed ? NOP_SYNC_REP_DIFFERED : 0, m->lo);
-    nop__drain(r);
-}
-
-/* A follower adopts the leader's entries (NO-OPs included), extends its
- * synced prefix when contiguous, and executes what the leader committed. */
-static void on_sync(struct nop *r, const struct nop_msg *m)
-{
-    r->last_heard = r->now;
-    struct cons_rbuf rd = m->ents;
-    struct nop_entry e;
-    uint64_t i = m->lo;
-    for (uint32_t k = 0; k < m->nents; k++, i++) {
-        nop__entry_next(&rd, &e);
-        if (i <= r->commit)
-            continue; /* committed here already: identical */
-        if (i > r->log_len + 1 || !nop__fits(r, i))
-            break;
-        uint64_t before = r->log_len;
-        follower_put(r, i, &e);
-        /* Ahead of its OUM copy (which will be an old number now): the
-         * client still counts this replica, as after GAP-RECV. Not for a
-         * slot a ring or more below the leader's commit point (entries
-         * from its history, send_past): f+1 replicas, the leader among
-         * them, answered it as they logged it, long ago, and a follower
-         * catching up would answer thousands of finished requests. */
-        if (r->log_len > before && e.kind == NOP_ENT_REQ && i + r->cfg.log_cap > m->u1)
-            ack_request(r, r->log_len, &e.op);
-    }
-    if (m->lo <= r->synced + 1 && i - 1 > r->synced)
-        r->synced = i - 1;
-    if (m->u4 > r->safe)
-        r->safe = m->u4;
-    follow_commit(r, m->u1);
-    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL, m->lo);
-    nop__drain(r);
-}
-
-/* The leader compacted what this follower lacks, up to m->u3: the ring
- * restarts there (the log after it stays: within a view a follower's log
- * never loses a request it acknowledged to a client, who may count that
- * reply) and the follower fetches a state at or past it (maybe_fetch). */
-static void on_state(struct nop *r, const struct nop_msg *m)
-{
-    r->last_heard = r->now;
-    if (m->u3 > r->snap && m->u3 > r->commit) {
-        uint64_t len = r->log_len;
-        nop__restart_ring(r, m->u3, 1, m);
-        r->sess_start = m->u1;
-        if (r->log_len != len) {
-            r->find_slot = 0;
-            nop__oum_clear(r);
-        }
-    }
-    send_sync_rep(r, m->from, NOP_SYNC_REP_FULL, m->u3);
-}
-
-/* The leader's commit point is the largest slot that f+1 replicas hold
- * exactly as the leader does (itself included; in durable mode every
- * follower's synced prefix is durable on the leader too, nop_durable.c). */
-static void on_sync_rep(struct nop *r, const struct nop_msg *m)
-{
-    if (!nop__is_leader(r))
-        return;
-    uint64_t got = m->u1 < r->log_len ? m->u1 : r->log_len;
-    /* A follower that made no progress on hashes lacks what they cover
-     * (still on its way, or lost) and gets entries next; one that made
-     * none on entries cannot take them now and waits for the heartbeat:
-     * eager syncs to it would only bounce. Progress is judged against the
-     * answered message (asked, its first slot), not against the last
-     * reply: the heartbeat sends a sync while an eager one is out, and the
-     * second answer, no further than the first, once sent a follower that
-     * kept up to the slow path and left it there until the next heartbeat
-     * (a stalled leader (nop__drain): NOPaxos' p95 at 16k ops/s was 3.5x
-     * Multi-Paxos'). */
-    uint32_t from = m->from;
-    uint64_t asked = m->u3 ? m->u3 : r->acked[from] + 1;
-    if (m->u4 > r->exec_of[from])
-        r->exec_of[from] = m->u4;
-    int still = got < asked && got < r->log_len;
-    r->acked[from] = got;
-    r->sync_out[from] = (uint8_t)(still && (m->u2 & NOP_SYNC_REP_FULL));
-    r->need_full[from] = (m->u2 & NOP_SYNC_REP_DIFFERED) || still;
-    uint64_t c = nop__quorum_point(r, r->log_len, r->acked);
-    if (c > r->commit)
-        r->commit = c;
-}
-
 /* ---- timers and dispatch ------------------------------------------------------- */
 
 static void tick(struct nop *r)
@@ -1106,10 +565,10 @@ static void tick(struct nop *r)
                 if (r->acked[p] == r->hb_acked[p] && r->acked[p] < r->log_len)
                     r->need_full[p] = 1; /* stuck on hashes: send entries */
                 r->hb_acked[p] = r->acked[p];
-                send_sync(r, p, 1);
+                nop__send_sync(r, p, 1);
             }
             if (r->gap_slot)
-                send_gap_commits(r);
+                nop__send_gap_commits(r);
         }
         return;
     }
@@ -1169,33 +628,33 @@ static void on_replica_msg(struct nop *r, const struct nop_msg *m)
     int from_leader = m->from == nop__leader_of(r, r->view);
     switch (m->type) {
     case NOP_GAP_FIND:
-        on_gap_find(r, m);
+        nop__on_gap_find(r, m);
         break;
     case NOP_GAP_RECV:
         if (from_leader)
-            on_gap_recv(r, m);
+            nop__on_gap_recv(r, m);
         break;
     case NOP_GAP_COMMIT:
         if (from_leader)
-            on_gap_commit(r, m);
+            nop__on_gap_commit(r, m);
         break;
     case NOP_GAP_COMMIT_REP:
-        on_gap_commit_rep(r, m);
+        nop__on_gap_commit_rep(r, m);
         break;
     case NOP_SYNC:
         if (from_leader)
-            on_sync(r, m);
+            nop__on_sync(r, m);
         break;
     case NOP_STATE:
         if (from_leader)
-            on_state(r, m);
+            nop__on_state(r, m);
         break;
     case NOP_SYNC_SIG:
         if (from_leader)
-            on_sync_sig(r, m);
+            nop__on_sync_sig(r, m);
         break;
     case NOP_SYNC_REP:
-        on_sync_rep(r, m);
+        nop__on_sync_rep(r, m);
         break;
     default:
         break; /* RECOVERY_REP to a replica that is not recovering */
@@ -1208,7 +667,7 @@ static void on_replica_msg(struct nop *r, const struct nop_msg *m)
 static int end_of_step(struct nop *r)
 {
     execute_committed(r);
-    maybe_fetch(r);
+    nop__maybe_fetch(r);
     if (serve_bound(r) != CONS_XFER_SERVE_NONE)
         cons_xfer_release(&r->xfer, serve_bound(r));
     nop__persist(r);
@@ -1272,7 +731,7 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
         if (m.type == NOP_OUM_REQ || m.type == NOP_OUM_DROP || m.type == NOP_OUM_FILL) {
             if (in->from.kind != CONS_ADDR_OUM)
                 return FK_EMALFORMED;
-            on_oum(r, &m, &r->scratch_op);
+            nop__on_oum(r, &m, &r->scratch_op);
         } else {
             if (in->from.kind != CONS_ADDR_REPLICA || m.from != in->from.id || m.from >= r->cfg.n ||
                 m.from == r->cfg.id)
@@ -1297,9 +756,9 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     nop__persist_entries(r);
     /* A leader paused at its stop gap (nop__drain) resumes as soon as
      * compaction freed the ring, not at the next message. */
-    if (maybe_compact(r) && nop__is_leader(r))
+    if (nop__maybe_compact(r) && nop__is_leader(r))
         nop__drain(r);
-    sync_eager(r);
+    nop__sync_eager(r);
     return end_of_step(r);
 }
 
@@ -1377,7 +836,7 @@ int nop_describe(const struct nop *r, char *buf, size_t cap)
                      " stalled %d held %u durable %" PRIu64 "/%" PRIu64 " overflows %" PRIu64,
                      st[r->status <= NOP_RECOVERING ? r->status : 0], r->view.leader_num,
                      r->view.session, nop__is_leader(r) ? " leader" : "", r->log_len, r->commit,
-                     r->executed, r->synced, r->snap, r->sess_start, expected(r), r->gap_slot,
+                     r->executed, r->synced, r->snap, r->sess_start, nop__expected(r), r->gap_slot,
                      r->find_slot, cons_xfer_active(&r->xfer), r->stalled, r->held_n, r->durable,
                      r->next_cookie, r->oum_overflows);
     for (uint32_t p = 0; nop__is_leader(r) && p < r->cfg.n && n >= 0 && (size_t)n < cap; p++) {
@@ -1390,7 +849,7 @@ int nop_describe(const struct nop *r, char *buf, size_t cap)
 
 uint64_t nop_oum_intake(const struct nop *r, uint32_t *session)
 {
-    uint64_t want = expected(r);
+    uint64_t want = nop__expected(r);
     *session = r->view.session;
     return r->status == NOP_NORMAL && want && !nop__needs_state(r) ? want + NOP_OUM_BUF - 1 : 0;
 }

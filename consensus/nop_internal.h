@@ -363,6 +363,48 @@ void nop__compact_to(struct nop *r, uint64_t upto);
 int nop__fits(const struct nop *r, uint64_t slot);
 void nop__drain(struct nop *r);
 uint64_t nop__entry_hash(const struct nop_entry *e);
+/* Whether this replica's log holds slots (commit, index] as the sender's
+ * committed history (m's hashes) does. */
+int nop__confirmed(const struct nop *r, uint64_t index, const struct nop_msg *m);
+/* Fetches a state when the machine is behind the ring (nop.h, "State"). */
+void nop__maybe_fetch(struct nop *r);
+/* The leader: the highest slot it may compact to (every state a replica may
+ * need on f+1 replicas), and where it stops taking requests. */
+uint64_t nop__leader_safe(const struct nop *r);
+uint64_t nop__leader_stop_gap(const struct nop *r);
+/* Compacts what the commit point and the followers allow; 0 or FK_E*. */
+int nop__maybe_compact(struct nop *r);
+
+/* nop_normal.c: normal operation over the OUM (section 5.2.1), one handler
+ * per input. */
+extern const struct nop_entry nop__noop_entry; /* a NO-OP log entry */
+/* The next OUM message number (0: a state transfer left this replica before
+ * the session's first slot). */
+uint64_t nop__expected(const struct nop *r);
+void nop__append(struct nop *r, const struct nop_entry *e);
+/* Answers the client of the request at slot (the leader with its result). */
+void nop__ack_request(struct nop *r, uint64_t slot, const struct cons_op *op);
+/* The leader: NO-OPs it decided go to the followers again. */
+void nop__send_gap_commits(struct nop *r);
+void nop__on_oum(struct nop *r, const struct nop_msg *m, const struct cons_op *op);
+
+/* nop_gap.c: gap agreement (section 5.2.2), one handler per message. */
+void nop__on_gap_find(struct nop *r, const struct nop_msg *m);
+void nop__on_gap_recv(struct nop *r, const struct nop_msg *m);
+void nop__on_gap_commit(struct nop *r, const struct nop_msg *m);
+void nop__on_gap_commit_rep(struct nop *r, const struct nop_msg *m);
+/* Places the leader's entry e at slot on a follower. */
+void nop__follower_put(struct nop *r, uint64_t slot, const struct nop_entry *e);
+
+/* nop_sync.c: synchronization (section 5.2.4), one handler per message. */
+/* The leader syncs follower p (state_ok 0: one that needs a state gets
+ * nothing now), or every follower at once when its ring fills. */
+void nop__send_sync(struct nop *r, uint32_t p, int state_ok);
+void nop__sync_eager(struct nop *r);
+void nop__on_sync_sig(struct nop *r, const struct nop_msg *m);
+void nop__on_sync(struct nop *r, const struct nop_msg *m);
+void nop__on_state(struct nop *r, const struct nop_msg *m);
+void nop__on_sync_rep(struct nop *r, const struct nop_msg *m);
 
 /* nop_undo.c */
 int nop__undo_init(struct nop *r);
