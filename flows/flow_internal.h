@@ -190,7 +190,12 @@ struct flow__seq_resp {
 
 /* State of one source slot at a target; fields written by the progress
  * thread (attach, close) are published by storing status with release. */
-enum flow__slot_status { SLOT_FREE = 0, SLOT_ATTACHED, SLOT_DRAINING };
+enum flow__slot_status {
+    SLOT_FREE = 0, /* no source: a join may take it */
+    SLOT_ATTACHED, /* a source writes its ring */
+    SLOT_DRAINING,
+    SLOT_ENDED, /* a declared source ended: its slot is not reused */
+};
 
 struct flow__slot {
     uint32_t status; /* enum flow__slot_status, atomic */
@@ -237,7 +242,10 @@ struct flow_target {
     uint64_t bell;            /* fabric doorbell value before the last scan */
     int joined;               /* opened by flow_target_join: leaves on close */
     int release_slot;         /* slot whose head segment is released on the next consume */
-    uint64_t *credit_stage;   /* per slot: staging for credit writes (registered) */
+    /* Called (consumer thread, under lock) when slot i ends: a multicast
+     * target's per-source state (flow_mcast_recv.c); NULL for rings. */
+    void (*slot_reset)(flow_target *t, uint32_t i);
+    uint64_t *credit_stage; /* per slot: staging for credit writes (registered) */
     fab_mr *credit_mr;
     uint32_t declared_ended;   /* declared sources that ended */
     struct flow__order *order; /* ordered replicate state, or NULL */
@@ -340,6 +348,11 @@ static inline uint32_t flow__slots_hi(const flow_target *t)
 int flow__target_attach(flow_target *t, uint64_t peer, const struct flow__attach_req *req,
                         struct flow__attach_resp *resp);
 void flow__target_peer_closed(flow_target *t, uint64_t peer);
+/* ---- flow_ring.c (the leaf: rings, segments, footers, slot ends) ---- */
+/* A ring of nseg segments for slot s, charged to the node's memory limit
+ * (control plane, under t->lock); FK_ENOMEM past it. */
+int flow__ring_alloc(flow_target *t, struct flow__slot *s, uint32_t nseg);
+void flow__ring_free(flow_target *t, struct flow__slot *s);
 /* Next tuple from the rings in arrival order (round-robin over slots). */
 int flow__ring_next(flow_target *t, struct flow_item *item);
 uint8_t *flow__seg(const flow_target *t, uint32_t slot, uint64_t segno);
@@ -372,8 +385,12 @@ void flow__mc_source_free(flow_source *s);
 int flow__mc_push(flow_source *s, const void *tuple);
 int flow__mc_close(flow_source *s);
 
-/* ---- flow_source.c ---- */
+/* ---- flow_seq.c (the leaf: a source's side of the sequencer) ---- */
+/* Takes n global numbers (seq .. seq + n - 1) with one fetch-and-add. */
 int flow__seq_take(flow_source *s, uint32_t n, uint64_t *seq);
+/* Asks the node behind c which session of flow name's sequencer it runs
+ * (and the counter's key): 0, FK_ENOTFOUND (none), or the call's error. */
+int flow__seq_info(fab_conn *c, const char *name, uint64_t timeout_ns, struct flow__seq_resp *r);
 
 /* ---- flow_combiner.c ---- */
 int flow__comb_init(flow_target *t);

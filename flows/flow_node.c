@@ -674,16 +674,12 @@ int flow_sequencer_probe(flow_node *n, const char *name, const char *addr, uint6
     int rc = fab_connect(n->fab, addr, timeout_ns, &c);
     if (rc < 0)
         return rc;
-    struct flow__msg_hdr h = {.type = FLOW__MSG_SEQ_INFO};
     struct flow__seq_resp r;
-    snprintf(h.name, sizeof(h.name), "%s", name);
-    rc = fab_call(c, &h, sizeof(h), &r, sizeof(r), timeout_ns);
+    rc = flow__seq_info(c, name, timeout_ns, &r);
     fab_conn_close(c);
-    if (rc == (int)sizeof(r)) {
+    if (rc == 0)
         *session = r.session;
-        return 0;
-    }
-    return rc < 0 ? rc : FK_EPROTO;
+    return rc;
 }
 
 int flow_sequencer_start(flow_node *n, const char *name, uint32_t session)
