@@ -128,10 +128,13 @@ $(BUILD)/lib/%.a:
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(BUILD)/obj/tests/check.o $(LIBS)
+# Every unit test links the harness (tests/check.c) and the protocol cores'
+# fixture (tests/core_fix.c, used by the core tests).
+TEST_OBJS := $(BUILD)/obj/tests/check.o $(BUILD)/obj/tests/core_fix.o
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_OBJS) $(LIBS)
 	@mkdir -p $(@D)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(BUILD)/obj/tests/check.o $(LIBS) $(LDLIBS)
+	$(Q)$(CC) $(ALL_CFLAGS) -o $@ $< $(TEST_OBJS) $(LIBS) $(LDLIBS)
 
 # Helper programs that tests run (not tests themselves).
 AUX_PROGS := $(patsubst tests/selftest/%.c,$(BUILD)/tests-aux/%,$(wildcard tests/selftest/*.c))

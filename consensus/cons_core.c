@@ -28,6 +28,15 @@ _Static_assert(CONS_ROLE_FOLLOWER == (int)MPX_FOLLOWER &&
 
 /* ---- Multi-Paxos ------------------------------------------------------------ */
 
+/* The history a core keeps: cons_core.h's default for 0, none for
+ * CONS_HISTORY_NONE. */
+static size_t history_of(const struct cons_core_config *cfg)
+{
+    if (cfg->history_bytes == CONS_HISTORY_NONE)
+        return 0;
+    return cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT;
+}
+
 static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm sm, int *err)
 {
     struct mpx_config c = {
@@ -40,7 +49,7 @@ static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .clients_max = cfg->clients_max,
         .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
         .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
-        .history_bytes = cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT,
+        .history_bytes = history_of(cfg),
         .big_bytes = cfg->big_bytes,
         .arena_bytes = cfg->arena_bytes,
         .tick_ns = cfg->tick_ns,
@@ -145,7 +154,7 @@ static void *nop_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .clients_max = cfg->clients_max,
         .xfer_chunk = cfg->xfer_chunk ? cfg->xfer_chunk : CONS_XFER_CHUNK_DEFAULT,
         .xfer_window = cfg->xfer_window ? cfg->xfer_window : CONS_XFER_WINDOW_DEFAULT,
-        .history_bytes = cfg->history_bytes ? cfg->history_bytes : CONS_HISTORY_DEFAULT,
+        .history_bytes = history_of(cfg),
         .arena_bytes = cfg->arena_bytes,
         .heartbeat_ns = cfg->heartbeat_ns,
         .election_ns = cfg->election_ns,

@@ -49,7 +49,8 @@ struct cons_core_config {
     uint32_t clients_max;  /* client table rows, 1..CONS_CLIENTS_MAX */
     uint32_t xfer_chunk;   /* state transfer chunk bytes; 0 = CONS_XFER_CHUNK_DEFAULT */
     uint32_t xfer_window;  /* chunks in flight; 0 = CONS_XFER_WINDOW_DEFAULT */
-    size_t history_bytes;  /* compacted entries kept (cons_hist.h); 0 = CONS_HISTORY_DEFAULT */
+    size_t history_bytes;  /* compacted entries kept (cons_hist.h); 0 = CONS_HISTORY_DEFAULT,
+                              CONS_HISTORY_NONE: none (tests of catch-up without it) */
     size_t big_bytes;      /* Multi-Paxos: large values in the log (mpx.h); 0 = the most */
     size_t arena_bytes;    /* outbox arena */
     uint64_t heartbeat_ns; /* leader heartbeat, retransmission period */
@@ -76,6 +77,7 @@ struct cons_core_config {
  * take to stream (NOPaxos, capacity.sh), and the follower fetched three
  * times. The history costs its bytes of anonymous memory once full. */
 #define CONS_HISTORY_DEFAULT (64u << 20)
+#define CONS_HISTORY_NONE    ((size_t)-1)
 
 /* A core's state in protocol-neutral terms. */
 struct cons_core_status {

@@ -1,9 +1,10 @@
-/* Unit tests for the Multi-Paxos core driven directly: a three-replica
- * group on a lossless in-test network elects a leader and serves a put and
- * a get; malformed input is rejected without changing anything; restore
- * rejects bad records and misuse. */
+/* Unit tests for the Multi-Paxos core driven directly (the shared fixture,
+ * tests/core_fix.h): a three-replica group on a lossless in-test network
+ * elects a leader and serves a put and a get; malformed input is rejected without changing
+ * anything; restore rejects bad records and misuse. */
 #include "check.h"
 #include "cons_wire.h"
+#include "core_fix.h"
 #include "fk_error.h"
 #include "kv.h"
 #include "mpx.h"
@@ -12,14 +13,16 @@
 
 #define N 3
 
+/* A group on the shared fixture (tests/core_fix.h): depth-first delivery,
+ * every persist durable at once. */
 struct group {
-    struct mpx *r[N];
-    struct kv_mem *kv[N];
-    uint64_t now;
+    struct cfx fx;
     struct cons_reply last_reply; /* its data: last_data */
     uint8_t last_data[CONS_REPLY_MAX];
     int replies;
 };
+
+#define R(g, i) ((struct mpx *)(g)->fx.core[i].impl)
 
 static void cfg_for(struct mpx_config *c, uint32_t id)
 {
@@ -39,104 +42,55 @@ static void cfg_for(struct mpx_config *c, uint32_t id)
     c->seed = id + 1;
 }
 
-/* Delivers an outbox synchronously (depth-first), persisting at once. */
-static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob);
-
-static void step(struct group *g, uint32_t i, const struct cons_input *in)
+/* A reply: its bytes lie in the message, so keep a copy. */
+static void on_reply(struct cfx *fx, uint32_t from, const struct cons_out_msg *m)
 {
-    struct cons_outbox *ob;
-    CHECK_OK(mpx_step(g->r[i], in, g->now, &ob));
-    mpx_invariants(g->r[i]);
-    deliver(g, i, ob);
-}
-
-static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
-{
-    /* Copy: the outbox is reused by the recursive steps. */
-    uint32_t nm = ob->nmsgs;
-    uint64_t cookie = ob->npersists ? ob->persists[ob->npersists - 1].cookie : 0;
-    struct cons_out_msg *msgs = malloc(nm * sizeof *msgs + 1);
-    uint8_t *copy = malloc(ob->arena_used + 1);
-    memcpy(copy, ob->arena, ob->arena_used);
-    for (uint32_t k = 0; k < nm; k++) {
-        msgs[k] = ob->msgs[k];
-        msgs[k].buf = copy + (ob->msgs[k].buf - ob->arena);
-    }
-    if (cookie) {
-        struct cons_input in = {.kind = CONS_IN_PERSISTED, .cookie = cookie};
-        step(g, from, &in);
-    }
-    for (uint32_t k = 0; k < nm; k++) {
-        if (msgs[k].to.kind == CONS_ADDR_CLIENT) {
-            uint32_t hint;
-            const uint8_t *data;
-            CHECK_OK(mpx_decode_reply(msgs[k].buf, msgs[k].len, &g->last_reply, &data, &hint));
-            /* The reply's bytes lie in the message: keep a copy. */
-            CHECK(g->last_reply.len <= sizeof g->last_data);
-            if (g->last_reply.len)
-                memcpy(g->last_data, data, g->last_reply.len);
-            g->last_reply.data = g->last_data;
-            g->last_reply.cap = sizeof g->last_data;
-            g->replies++;
-            continue;
-        }
-        struct cons_input in = {.kind = CONS_IN_MSG,
-                                .from = cons_replica(from),
-                                .buf = msgs[k].buf,
-                                .len = msgs[k].len};
-        for (uint32_t j = 0; j < N; j++) {
-            if (cons_addr_has_replica(msgs[k].to, from, j))
-                step(g, j, &in);
-        }
-    }
-    free(msgs);
-    free(copy);
+    struct group *g = (struct group *)fx;
+    uint32_t hint;
+    const uint8_t *data;
+    (void)from;
+    CHECK_OK(mpx_decode_reply(m->buf, m->len, &g->last_reply, &data, &hint));
+    CHECK(g->last_reply.len <= sizeof g->last_data);
+    if (g->last_reply.len)
+        memcpy(g->last_data, data, g->last_reply.len);
+    g->last_reply.data = g->last_data;
+    g->last_reply.cap = sizeof g->last_data;
+    g->replies++;
 }
 
 static void start(struct group *g)
 {
     memset(g, 0, sizeof *g);
-    for (uint32_t i = 0; i < N; i++) {
-        struct mpx_config c;
-        int err;
-        cfg_for(&c, i);
-        g->kv[i] = kv_mem_create(8);
-        g->r[i] = mpx_create(&c, kv_mem_sm(g->kv[i]), &err);
-        CHECK_OK(err);
-        struct cons_outbox *ob;
-        CHECK_OK(mpx_start(g->r[i], MPX_START_FRESH, 0, &ob));
-        deliver(g, i, ob);
-    }
+    struct cons_core_config c = {.log_cap = 16,
+                                 .window = 4,
+                                 .batch_max = 2,
+                                 .pending_max = 8,
+                                 .clients_max = 4,
+                                 .xfer_chunk = 64,
+                                 .xfer_window = 2,
+                                 .arena_bytes = 1 << 16,
+                                 .history_bytes = CONS_HISTORY_NONE,
+                                 .heartbeat_ns = 10,
+                                 .election_ns = 50};
+    cfx_init(&g->fx, CONS_PROTO_MPX, N, &c, CFX_DIRECT, CFX_DISK_NOW);
+    g->fx.hooks.reply = on_reply;
+    cfx_start(&g->fx);
 }
 
 static void stop(struct group *g)
 {
-    for (uint32_t i = 0; i < N; i++) {
-        mpx_destroy(g->r[i]);
-        kv_mem_destroy(g->kv[i]);
-    }
+    cfx_stop(&g->fx);
 }
 
 static int leader_of(struct group *g)
 {
-    for (uint32_t i = 0; i < N; i++) {
-        struct mpx_status st;
-        mpx_status(g->r[i], &st);
-        if (st.role == MPX_LEADER)
-            return (int)i;
-    }
-    return -1;
+    return cfx_leader(&g->fx);
 }
 
 static void tick_until_leader(struct group *g)
 {
-    for (int t = 0; t < 1000 && leader_of(g) < 0; t++) {
-        g->now += 5;
-        for (uint32_t i = 0; i < N; i++) {
-            struct cons_input in = {.kind = CONS_IN_TICK};
-            step(g, i, &in);
-        }
-    }
+    for (int t = 0; t < 1000 && leader_of(g) < 0; t++)
+        cfx_ticks(&g->fx, 1, 5);
 }
 
 static void request(struct group *g, int to, uint8_t type, uint64_t req, const char *val)
@@ -150,7 +104,7 @@ static void request(struct group *g, int to, uint8_t type, uint64_t req, const c
     CHECK(len > 0);
     struct cons_input in = {
         .kind = CONS_IN_MSG, .from = cons_client(5), .buf = buf, .len = (size_t)len};
-    step(g, (uint32_t)to, &in);
+    cfx_step(&g->fx, (uint32_t)to, &in);
 }
 
 TEST(elect_put_get_exactly_once)
@@ -180,7 +134,7 @@ TEST(malformed_messages_rejected)
     start(&g);
     tick_until_leader(&g);
     struct mpx_status a, b;
-    mpx_status(g.r[0], &a);
+    mpx_status(R(&g, 0), &a);
     uint8_t junk[200];
     uint64_t s = 9;
     struct cons_outbox *ob;
@@ -200,13 +154,13 @@ TEST(malformed_messages_rejected)
         }
         struct cons_input in = {
             .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = junk, .len = len};
-        int rc = mpx_step(g.r[0], &in, g.now, &ob);
+        int rc = mpx_step(R(&g, 0), &in, g.fx.now, &ob);
         CHECK(rc == FK_EMALFORMED || rc == 0);
-        mpx_invariants(g.r[0]);
+        mpx_invariants(R(&g, 0));
     }
     struct cons_input bad = {.kind = CONS_IN_PERSISTED, .cookie = UINT64_MAX};
-    CHECK_ERR(mpx_step(g.r[0], &bad, g.now, &ob), FK_EINVAL);
-    mpx_status(g.r[0], &b);
+    CHECK_ERR(mpx_step(R(&g, 0), &bad, g.fx.now, &ob), FK_EINVAL);
+    mpx_status(R(&g, 0), &b);
     CHECK_EQ_U64(a.commit, b.commit);
     stop(&g);
 }

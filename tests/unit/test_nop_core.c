@@ -8,6 +8,7 @@
  * and one a whole ring behind gets the checkpoint; a sequencer failover causes a view change
  * into the new session; malformed input is rejected. */
 #include "check.h"
+#include "core_fix.h"
 #include "fk_error.h"
 #include "kv.h"
 #include "nop.h"
@@ -25,12 +26,11 @@ struct qmsg {
     uint8_t buf[256];
 };
 
+/* A group on the shared fixture (tests/core_fix.h): depth-first delivery,
+ * no disks (NOPaxos' default mode answers without one; test_nop_restart.c
+ * gives the replicas disks), and this test's own view of the traffic. */
 struct group {
-    struct nop *r[N];
-    struct kv_mem *kv[N];
-    uint64_t now;
-    uint32_t session;
-    uint64_t msgnum;
+    struct cfx fx;
     int replies, results;
     struct nop_view last_view;
     uint64_t last_slot;
@@ -38,7 +38,6 @@ struct group {
     uint8_t result_data[NOP_RESULT_MAX];
     struct nop_quorum q; /* the client's f+1 rule over every reply (when reset) */
     int completed;
-    uint32_t down;           /* replicas that receive nothing */
     uint32_t hold;           /* replicas whose messages to the leader wait (release_held) */
     uint8_t leader_msg[256]; /* the last reply carrying a result, as sent */
     uint32_t leader_len;
@@ -54,112 +53,85 @@ struct group {
     uint32_t nheld;
 };
 
-static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob);
+#define R(g, i) ((struct nop *)(g)->fx.core[i].impl)
+
+static void on_reply(struct cfx *fx, uint32_t from, const struct cons_out_msg *m)
+{
+    struct group *g = (struct group *)fx;
+    struct cons_reply rep;
+    const uint8_t *data;
+    int has;
+    CHECK_OK(nop_decode_reply(m->buf, m->len, &g->last_view, &g->last_slot, &has, &rep, &data));
+    g->replies++;
+    const struct cons_reply *done;
+    int rc = g->q.n ? nop_quorum_add(&g->q, from, m->buf, m->len, &done) : 0;
+    CHECK(rc >= 0);
+    if (has && m->len <= sizeof g->leader_msg) {
+        memcpy(g->leader_msg, m->buf, m->len);
+        g->leader_len = m->len;
+    }
+    if (rc == 1) {
+        g->completed++;
+        CHECK_EQ_U64(done->req_no, g->q.req_no);
+    }
+    if (has) { /* kept: its bytes lie in the message */
+        g->results++;
+        CHECK(rep.len <= sizeof g->result_data);
+        g->result = rep;
+        g->result.data = g->result_data;
+        g->result.cap = sizeof g->result_data;
+        if (rep.len)
+            memcpy(g->result_data, data, rep.len);
+    }
+}
+
+/* Counts the leader's SYNCs, and holds back or delays what followers send
+ * the leader (lag, hold). */
+static int on_route(struct cfx *fx, uint32_t from, const struct cons_out_msg *m)
+{
+    struct group *g = (struct group *)fx;
+    struct cons_wire_hdr h;
+    struct cons_rbuf body;
+    if (from == 0 && cons_wire_open(m->buf, m->len, CONS_PROTO_NOP, NOP__TYPES, &h, &body) == 0 &&
+        h.type == NOP_SYNC)
+        g->full_syncs++;
+    struct qmsg *q = NULL;
+    if (g->lag && from != 0 && m->to.id == 0) {
+        CHECK(g->nlate < 64);
+        q = &g->late[g->nlate++];
+    } else if (g->hold >> from & 1 && m->to.id == 0) {
+        CHECK(g->nheld < 64);
+        q = &g->held[g->nheld++];
+    }
+    if (q == NULL)
+        return 0;
+    CHECK(m->len <= sizeof q->buf);
+    q->from = from;
+    q->len = (uint32_t)m->len;
+    memcpy(q->buf, m->buf, m->len);
+    return 1;
+}
 
 static void step(struct group *g, uint32_t i, const struct cons_input *in)
 {
-    struct cons_outbox *ob;
-    CHECK_OK(nop_step(g->r[i], in, g->now, &ob));
-    CHECK_OK(nop_seal(g->r[i])); /* each step a commit (nop.h) */
-    nop_invariants(g->r[i]);
-    deliver(g, i, ob);
-}
-
-static void deliver(struct group *g, uint32_t from, struct cons_outbox *ob)
-{
-    uint32_t nm = ob->nmsgs;
-    /* Persist items are ignored here: nothing waits for them (nop.h), and
-     * test_nop_restart.c gives the replicas disks. */
-    struct cons_out_msg *msgs = malloc(nm * sizeof *msgs + 1);
-    uint8_t *copy = malloc(ob->arena_used + 1);
-    memcpy(copy, ob->arena, ob->arena_used);
-    for (uint32_t k = 0; k < nm; k++) {
-        msgs[k] = ob->msgs[k];
-        msgs[k].buf = copy + (ob->msgs[k].buf - ob->arena);
-    }
-    for (uint32_t k = 0; k < nm; k++) {
-        if (msgs[k].to.kind == CONS_ADDR_CLIENT) {
-            struct cons_reply rep;
-            const uint8_t *data;
-            int has;
-            CHECK_OK(nop_decode_reply(msgs[k].buf, msgs[k].len, &g->last_view, &g->last_slot, &has,
-                                      &rep, &data));
-            g->replies++;
-            const struct cons_reply *done;
-            int rc = g->q.n ? nop_quorum_add(&g->q, from, msgs[k].buf, msgs[k].len, &done) : 0;
-            CHECK(rc >= 0);
-            if (has && msgs[k].len <= sizeof g->leader_msg) {
-                memcpy(g->leader_msg, msgs[k].buf, msgs[k].len);
-                g->leader_len = msgs[k].len;
-            }
-            if (rc == 1) {
-                g->completed++;
-                CHECK_EQ_U64(done->req_no, g->q.req_no);
-            }
-            if (has) { /* kept: its bytes lie in the message */
-                g->results++;
-                CHECK(rep.len <= sizeof g->result_data);
-                g->result = rep;
-                g->result.data = g->result_data;
-                g->result.cap = sizeof g->result_data;
-                if (rep.len)
-                    memcpy(g->result_data, data, rep.len);
-            }
-            continue;
-        }
-        struct cons_input in = {.kind = CONS_IN_MSG,
-                                .from = cons_replica(from),
-                                .buf = msgs[k].buf,
-                                .len = msgs[k].len};
-        struct cons_wire_hdr h;
-        struct cons_rbuf body;
-        if (from == 0 &&
-            cons_wire_open(msgs[k].buf, msgs[k].len, CONS_PROTO_NOP, NOP__TYPES, &h, &body) == 0 &&
-            h.type == NOP_SYNC)
-            g->full_syncs++;
-        if (g->lag && from != 0 && msgs[k].to.id == 0) {
-            CHECK(g->nlate < 64 && msgs[k].len <= sizeof g->late[0].buf);
-            g->late[g->nlate].from = from;
-            g->late[g->nlate].len = (uint32_t)msgs[k].len;
-            memcpy(g->late[g->nlate++].buf, msgs[k].buf, msgs[k].len);
-            continue;
-        }
-        if (g->hold >> from & 1 && msgs[k].to.id == 0) {
-            CHECK(g->nheld < 64 && msgs[k].len <= sizeof g->held[0].buf);
-            g->held[g->nheld].from = from;
-            g->held[g->nheld].len = (uint32_t)msgs[k].len;
-            memcpy(g->held[g->nheld++].buf, msgs[k].buf, msgs[k].len);
-            continue;
-        }
-        if (!(g->down >> msgs[k].to.id & 1))
-            step(g, (uint32_t)msgs[k].to.id, &in);
-    }
-    free(msgs);
-    free(copy);
+    cfx_step(&g->fx, i, in);
 }
 
 /* A fresh group; history: bytes of compacted entries each replica keeps. */
 static void start_with(struct group *g, size_t history)
 {
     memset(g, 0, sizeof *g);
-    for (uint32_t i = 0; i < N; i++) {
-        struct nop_config c = {.n = N,
-                               .id = i,
-                               .log_cap = 16,
-                               .history_bytes = history,
-                               .xfer_chunk = 256,
-                               .xfer_window = 4,
-                               .clients_max = 4,
-                               .heartbeat_ns = 10,
-                               .election_ns = 100,
-                               .seed = i + 1};
-        int err;
-        g->kv[i] = kv_mem_create(8);
-        g->r[i] = nop_create(&c, kv_mem_sm(g->kv[i]), &err);
-        CHECK_OK(err);
-        struct cons_outbox *ob;
-        CHECK_OK(nop_start(g->r[i], NOP_START_FRESH, 0, &ob));
-    }
+    struct cons_core_config c = {.log_cap = 16,
+                                 .history_bytes = history ? history : CONS_HISTORY_NONE,
+                                 .xfer_chunk = 256,
+                                 .xfer_window = 4,
+                                 .clients_max = 4,
+                                 .heartbeat_ns = 10,
+                                 .election_ns = 100};
+    cfx_init(&g->fx, CONS_PROTO_NOP, N, &c, CFX_DIRECT, CFX_DISK_NONE);
+    g->fx.hooks.reply = on_reply;
+    g->fx.hooks.route = on_route;
+    cfx_start(&g->fx);
 }
 
 static void start(struct group *g)
@@ -169,10 +141,7 @@ static void start(struct group *g)
 
 static void stop(struct group *g)
 {
-    for (uint32_t i = 0; i < N; i++) {
-        nop_destroy(g->r[i]);
-        kv_mem_destroy(g->kv[i]);
-    }
+    cfx_stop(&g->fx);
 }
 
 /* The followers' messages of the last round, to the leader. */
@@ -212,8 +181,7 @@ static void release_held(struct group *g)
  * notice to `drops`. */
 static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_mask)
 {
-    uint8_t buf[4096];
-    uint64_t num = ++g->msgnum;
+    uint64_t num = cfx_oum_next(&g->fx);
     static uint8_t late[64][256]; /* the queue, copied out: stepping refills it */
     uint32_t nlate = g->nlate, lens[64], froms[64];
     copy_out(g->late, nlate, late, lens, froms);
@@ -222,15 +190,7 @@ static void multicast(struct group *g, const struct cons_op *op, uint32_t drops_
         release(g, late, lens, froms, nlate);
     for (uint32_t k = 0; k < N; k++) {
         uint32_t i = g->followers_first ? N - 1 - k : k;
-        if (g->down >> i & 1)
-            continue; /* lost: the OUM never reached it */
-        int len = drops_mask >> i & 1 ? nop_encode_oum_drop(buf, sizeof buf, g->session, num)
-                  : op == NULL        ? nop_encode_oum_fill(buf, sizeof buf, g->session, num)
-                               : nop_encode_oum_request(buf, sizeof buf, g->session, num, op);
-        CHECK(len > 0);
-        struct cons_input in = {
-            .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = buf, .len = (size_t)len};
-        step(g, i, &in);
+        cfx_oum_to(&g->fx, i, num, op, drops_mask >> i & 1);
     }
     if (g->lag == LAG_AFTER)
         release(g, late, lens, froms, nlate);
@@ -256,14 +216,7 @@ static void multicast_put(struct group *g, int i)
 
 static void ticks(struct group *g, int n)
 {
-    for (int t = 0; t < n; t++) {
-        g->now += 5;
-        for (uint32_t i = 0; i < N; i++) {
-            struct cons_input in = {.kind = CONS_IN_TICK};
-            if (!(g->down >> i & 1))
-                step(g, i, &in);
-        }
-    }
+    cfx_ticks(&g->fx, n, 5);
 }
 
 TEST(normal_operation_f_plus_one_replies)
@@ -280,7 +233,7 @@ TEST(normal_operation_f_plus_one_replies)
     CHECK_EQ_I64(g.result.status, 0);
     ticks(&g, 5); /* synchronization commits; followers execute */
     struct nop_stat st;
-    nop_status(g.r[1], &st);
+    nop_status(R(&g, 1), &st);
     CHECK_EQ_U64(st.commit, 1);
     CHECK_EQ_U64(st.executed, 1);
     stop(&g);
@@ -302,7 +255,7 @@ TEST(sustained_load_needs_no_heartbeat)
     }
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_U64(st.log_len, 80);
         CHECK(st.commit >= 80 - 16 / 16);
     }
@@ -324,7 +277,7 @@ TEST(leader_checkpoints_behind_a_moving_commit_point)
         multicast_put(&g, i);
         CHECK_EQ_I64(g.results, i);
         struct nop_stat st;
-        nop_status(g.r[0], &st);
+        nop_status(R(&g, 0), &st);
         CHECK(st.commit < st.executed);
     }
     stop(&g);
@@ -362,13 +315,13 @@ TEST(gap_agreement_commits_noop)
     ticks(&g, 5);
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_U64(st.log_len, 2);
         CHECK_EQ_U64(st.commit, 2);
     }
     /* Slot 1 is the same NO-OP everywhere, though replica 1 had the request. */
     uint64_t h0, h1;
-    CHECK(nop_committed_hash(g.r[0], 1, &h0) && nop_committed_hash(g.r[1], 1, &h1));
+    CHECK(nop_committed_hash(R(&g, 0), 1, &h0) && nop_committed_hash(R(&g, 1), 1, &h1));
     CHECK_EQ_U64(h0, h1);
     CHECK_EQ_I64(g.result.req_no, 2);
     stop(&g);
@@ -386,7 +339,7 @@ TEST(fills_are_noops_without_agreement)
     multicast(&g, NULL, 0);
     /* The followers hear nothing now, so a leader that ran gap agreement
      * for the second fill would wait for them and not execute request 1. */
-    g.down = 1u << 1 | 1u << 2;
+    g.fx.down = 1u << 1 | 1u << 2;
     multicast(&g, NULL, 0);
     struct cons_op a = put(1, "a");
     multicast(&g, &a, 0);
@@ -396,16 +349,16 @@ TEST(fills_are_noops_without_agreement)
     /* Back: synchronization brings the followers' logs up to the leader's
      * (3 slots, under the 4 after which a replica of this ring checkpoints
      * and compacts, so every slot can still be compared). */
-    g.down = 0;
+    g.fx.down = 0;
     ticks(&g, 5);
     uint64_t h[N][3];
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_U64(st.log_len, 3);
         CHECK_EQ_U64(st.commit, 3);
         for (uint64_t k = 1; k <= 3; k++)
-            CHECK(nop_committed_hash(g.r[i], k, &h[i][k - 1]));
+            CHECK(nop_committed_hash(R(&g, i), k, &h[i][k - 1]));
     }
     for (uint32_t i = 1; i < N; i++)
         for (uint32_t k = 0; k < 3; k++)
@@ -420,13 +373,13 @@ TEST(session_change_starts_new_view)
     start(&g);
     struct cons_op a = put(1, "a");
     multicast(&g, &a, 0);
-    g.session = 1; /* the sequencer failed over */
-    g.msgnum = 0;
+    g.fx.session = 1; /* the sequencer failed over */
+    g.fx.msgnum = 0;
     struct cons_op b = put(2, "b");
     multicast(&g, &b, 0); /* triggers the view change; the message itself is lost */
     ticks(&g, 10);
     struct nop_stat st;
-    nop_status(g.r[0], &st);
+    nop_status(R(&g, 0), &st);
     CHECK_EQ_U64(st.status, NOP_NORMAL);
     CHECK_EQ_U64(st.view.session, 1);
     int before = g.results;
@@ -464,8 +417,8 @@ TEST(quorum_rejects_results_from_followers)
 TEST(compaction_and_state_transfer)
 {
     static struct group g;
-    start(&g);        /* log_cap 16: checkpoints every 4 committed slots */
-    g.down = 1u << 2; /* replica 2 hears nothing for a while */
+    start(&g);           /* log_cap 16: checkpoints every 4 committed slots */
+    g.fx.down = 1u << 2; /* replica 2 hears nothing for a while */
     char val[8];
     for (int i = 1; i <= 40; i++) {
         snprintf(val, sizeof val, "v%d", i);
@@ -475,21 +428,21 @@ TEST(compaction_and_state_transfer)
     }
     ticks(&g, 10);
     struct nop_stat st0, st2;
-    nop_status(g.r[0], &st0);
+    nop_status(R(&g, 0), &st0);
     CHECK_EQ_U64(st0.log_len, 40);
     CHECK_EQ_U64(st0.commit, 40);
-    nop_status(g.r[2], &st2);
+    nop_status(R(&g, 2), &st2);
     CHECK_EQ_U64(st2.log_len, 0);
     uint64_t h;
-    CHECK(!nop_committed_hash(g.r[0], 1, &h)); /* compacted */
-    g.down = 0; /* back: the leader's sync sends its checkpoint, then entries */
+    CHECK(!nop_committed_hash(R(&g, 0), 1, &h)); /* compacted */
+    g.fx.down = 0; /* back: the leader's sync sends its checkpoint, then entries */
     ticks(&g, 10);
-    nop_status(g.r[2], &st2);
+    nop_status(R(&g, 2), &st2);
     CHECK_EQ_U64(st2.log_len, 40);
     CHECK_EQ_U64(st2.commit, 40);
     CHECK_EQ_U64(st2.executed, 40);
-    CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
-    nop_status(g.r[0], &st0);
+    CHECK_EQ_U64(kv_mem_count(g.fx.kv[2]), 1);
+    nop_status(R(&g, 0), &st0);
     CHECK(st0.syncs[NOP_SYNC_KIND_STATE] >= 1 && st0.syncs[NOP_SYNC_KIND_HASHES] >= 1);
     CHECK_EQ_U64(st0.stalls, 0);
     stop(&g);
@@ -500,11 +453,11 @@ TEST(compaction_and_state_transfer)
 static void caught_up_without_state(struct group *g, uint32_t i, uint64_t n)
 {
     struct nop_stat st, st0;
-    nop_status(g->r[i], &st);
+    nop_status(R(g, i), &st);
     CHECK_EQ_U64(st.log_len, n);
     CHECK_EQ_U64(st.commit, n);
     CHECK_EQ_U64(st.executed, n);
-    nop_status(g->r[0], &st0);
+    nop_status(R(g, 0), &st0);
     CHECK_EQ_U64(st0.syncs[NOP_SYNC_KIND_STATE], 0);
     CHECK_EQ_U64(st0.stalls, 0);
 }
@@ -525,7 +478,7 @@ TEST(follower_behind_the_checkpoint_is_confirmed_by_hashes)
         CHECK_EQ_I64(g.results, i);
     }
     uint64_t h;
-    CHECK(!nop_committed_hash(g.r[0], 1, &h)); /* compacted past replica 2 */
+    CHECK(!nop_committed_hash(R(&g, 0), 1, &h)); /* compacted past replica 2 */
     CHECK(g.nheld >= 1);
     release_held(&g); /* its late answers; the leader syncs it from there */
     caught_up_without_state(&g, 2, 10);
@@ -540,15 +493,15 @@ TEST(follower_missing_compacted_entries_gets_them_from_the_ring)
 {
     static struct group g;
     start(&g);
-    g.down = 1u << 2;
+    g.fx.down = 1u << 2;
     for (int i = 1; i <= 10; i++)
         multicast_put(&g, i);
     uint64_t h;
-    CHECK(!nop_committed_hash(g.r[0], 1, &h));
-    g.down = 0;
+    CHECK(!nop_committed_hash(R(&g, 0), 1, &h));
+    g.fx.down = 0;
     ticks(&g, 10);
     caught_up_without_state(&g, 2, 10);
-    CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
+    CHECK_EQ_U64(kv_mem_count(g.fx.kv[2]), 1);
     CHECK(g.full_syncs >= 1);
     stop(&g);
 }
@@ -560,23 +513,23 @@ TEST(follower_behind_the_ring_gets_entries_from_the_history)
 {
     static struct group g;
     start_with(&g, 64u << 10);
-    g.down = 1u << 2;
+    g.fx.down = 1u << 2;
     for (int i = 1; i <= 40; i++) {
         multicast_put(&g, i);
         ticks(&g, 1);
     }
     uint64_t h;
-    CHECK(!nop_committed_hash(g.r[0], 1, &h)); /* compacted, and no hash left */
+    CHECK(!nop_committed_hash(R(&g, 0), 1, &h)); /* compacted, and no hash left */
     int replies = g.replies;
-    g.down = 0;
+    g.fx.down = 0;
     ticks(&g, 10);
     caught_up_without_state(&g, 2, 40);
-    CHECK_EQ_U64(kv_mem_count(g.kv[2]), 1);
+    CHECK_EQ_U64(kv_mem_count(g.fx.kv[2]), 1);
     struct nop_stat st0;
-    nop_status(g.r[0], &st0);
+    nop_status(R(&g, 0), &st0);
     CHECK(st0.syncs[NOP_SYNC_KIND_PAST] >= 1);
     struct nop_stat st2;
-    nop_status(g.r[2], &st2);
+    nop_status(R(&g, 2), &st2);
     CHECK_EQ_U64(st2.xfer.started, 0);
     CHECK_MSG(g.replies - replies < 40 - 16, "%d replies", g.replies - replies);
     stop(&g);
@@ -589,12 +542,12 @@ TEST(leader_stalls_at_three_quarters_of_a_ring_without_followers)
 {
     static struct group g;
     start(&g);
-    g.down = 1u << 1 | 1u << 2;
+    g.fx.down = 1u << 1 | 1u << 2;
     for (int i = 1; i <= 16; i++)
         multicast_put(&g, i);
     CHECK_EQ_I64(g.results, 12);
     struct nop_stat st;
-    nop_status(g.r[0], &st);
+    nop_status(R(&g, 0), &st);
     CHECK_EQ_U64(st.stalls, 1);
     stop(&g);
 }
@@ -607,15 +560,15 @@ TEST(paused_leader_buffers_what_arrives_and_drops_nothing)
 {
     static struct group g;
     start(&g);
-    g.down = 1u << 1 | 1u << 2;
+    g.fx.down = 1u << 1 | 1u << 2;
     for (int i = 1; i <= 12 + 200; i++)
         multicast_put(&g, i);
     CHECK_EQ_I64(g.results, 12);
-    g.down = 0;
+    g.fx.down = 0;
     ticks(&g, 200);
     CHECK_EQ_I64(g.results, 12 + 200); /* a dropped one has no result */
     struct nop_stat st;
-    nop_status(g.r[0], &st);
+    nop_status(R(&g, 0), &st);
     CHECK_EQ_U64(st.log_len, 12 + 200);
     CHECK_EQ_U64(st.stalls, 1);
     stop(&g);
@@ -644,18 +597,18 @@ TEST(malformed_and_misuse)
         }
         struct cons_input in = {
             .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = junk, .len = len};
-        int rc = nop_step(g.r[0], &in, 0, &ob);
+        int rc = nop_step(R(&g, 0), &in, 0, &ob);
         CHECK(rc == FK_EMALFORMED || rc == 0);
-        CHECK_OK(nop_seal(g.r[0]));
-        nop_invariants(g.r[0]);
+        CHECK_OK(nop_seal(R(&g, 0)));
+        nop_invariants(R(&g, 0));
     }
     uint8_t buf[128];
     int len = nop_encode_oum_drop(buf, sizeof buf, 0, 1);
     struct cons_input spoof = {
         .kind = CONS_IN_MSG, .from = cons_replica(1), .buf = buf, .len = (size_t)len};
-    CHECK_ERR(nop_step(g.r[0], &spoof, 0, &ob), FK_EMALFORMED); /* OUM only from the OUM */
+    CHECK_ERR(nop_step(R(&g, 0), &spoof, 0, &ob), FK_EMALFORMED); /* OUM only from the OUM */
     struct cons_input persisted = {.kind = CONS_IN_PERSISTED, .cookie = 1u << 30};
-    CHECK_ERR(nop_step(g.r[0], &persisted, 0, &ob), FK_EINVAL); /* never issued */
+    CHECK_ERR(nop_step(R(&g, 0), &persisted, 0, &ob), FK_EINVAL); /* never issued */
     struct nop_config bad = {.n = 4,
                              .log_cap = 64,
                              .clients_max = 4,
@@ -664,7 +617,7 @@ TEST(malformed_and_misuse)
                              .heartbeat_ns = 1,
                              .election_ns = 10};
     int err;
-    CHECK(nop_create(&bad, kv_mem_sm(g.kv[0]), &err) == NULL);
+    CHECK(nop_create(&bad, kv_mem_sm(g.fx.kv[0]), &err) == NULL);
     CHECK_EQ_I64(err, FK_EINVAL);
     stop(&g);
 }

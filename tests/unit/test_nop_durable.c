@@ -9,6 +9,7 @@
  * a durable log with a hole is refused; a stalled disk fills the ring of
  * held messages, which wraps and drains in order. */
 #include "check.h"
+#include "core_fix.h"
 #include "fk_error.h"
 #include "kv.h"
 #include "nop.h"
@@ -17,255 +18,71 @@
 #include <stdlib.h>
 
 #define N      3
-#define SLOTS  1024 /* disk entry records, by slot % SLOTS (>= log_cap) */
 #define CLIENT 5
 
-struct rec {
-    uint8_t *buf;
-    uint32_t len;
-    uint64_t index;
-    uint8_t kind;
-};
-
-struct disk {
-    struct rec meta, snap, ents[SLOTS];
-    struct rec pending[4096]; /* persists issued, not yet durable */
-    uint32_t npending;
-    uint64_t last_cookie;
-};
-
-struct qmsg {
-    uint32_t from;
-    struct cons_addr to;
-    uint32_t len;
-    uint8_t *buf;
-};
-
+/* A group on the shared fixture (tests/core_fix.h): a message queue
+ * between replicas, disks that complete persists only when flushed (or,
+ * with auto_flush, once the queue is empty), and a client that collects
+ * f+1 replies. */
 struct group {
-    struct nop *r[N];
-    struct kv_mem *kv[N];
-    struct disk disk[N];
-    struct qmsg q[8192];
-    uint32_t qhead, qn;
-    uint64_t now, msgnum, req_no, client_msgs;
-    uint32_t session, down, incs;
-    int auto_flush, done;
-    uint16_t pad;     /* values padded with '.' to this many bytes */
-    uint32_t log_cap; /* 0: 64 */
+    struct cfx fx;
+    uint64_t req_no, client_msgs;
+    int done;
+    uint16_t pad; /* values padded with '.' to this many bytes */
     struct nop_quorum quorum;
     struct cons_reply result; /* a copy of the quorum's, in result_data */
     uint8_t result_data[NOP_RESULT_MAX];
 };
 
-static void rec_set(struct rec *d, const uint8_t *buf, uint32_t len, uint64_t index, uint8_t kind)
-{
-    free(d->buf);
-    d->buf = malloc(len + 1);
-    memcpy(d->buf, buf, len);
-    d->len = len;
-    d->index = index;
-    d->kind = kind;
-}
+#define R(g, i) ((struct nop *)(g)->fx.core[i].impl)
 
-static void rec_clear(struct rec *d)
+static void on_reply(struct cfx *fx, uint32_t from, const struct cons_out_msg *m)
 {
-    free(d->buf);
-    memset(d, 0, sizeof *d);
-}
-
-static void disk_drop_pending(struct disk *d)
-{
-    for (uint32_t k = 0; k < d->npending; k++)
-        rec_clear(&d->pending[k]);
-    d->npending = 0;
-}
-
-static void disk_wipe(struct disk *d)
-{
-    rec_clear(&d->meta);
-    rec_clear(&d->snap);
-    for (int k = 0; k < SLOTS; k++)
-        rec_clear(&d->ents[k]);
-    disk_drop_pending(d);
-}
-
-static void take(struct group *g, uint32_t i, const struct cons_outbox *ob)
-{
-    struct disk *d = &g->disk[i];
-    for (uint32_t k = 0; k < ob->npersists; k++) {
-        const struct cons_persist *p = &ob->persists[k];
-        CHECK(d->npending < 4096);
-        struct rec *x = &d->pending[d->npending++];
-        memset(x, 0, sizeof *x);
-        rec_set(x, p->buf, p->len, p->index, p->kind);
-        x->index = p->index;
-        CHECK(p->cookie == d->last_cookie + d->npending);
-    }
-    for (uint32_t k = 0; k < ob->nmsgs; k++) {
-        CHECK(g->qn < 8192);
-        struct qmsg *m = &g->q[(g->qhead + g->qn++) % 8192];
-        m->from = i;
-        m->to = ob->msgs[k].to;
-        m->len = ob->msgs[k].len;
-        m->buf = malloc(m->len);
-        memcpy(m->buf, ob->msgs[k].buf, m->len);
+    struct group *g = (struct group *)fx;
+    const struct cons_reply *res;
+    g->client_msgs++;
+    if (!g->done && nop_quorum_add(&g->quorum, from, m->buf, m->len, &res) == 1) {
+        g->done = 1;
+        cons_reply_copy(&g->result, res);
     }
 }
 
-static void step(struct group *g, uint32_t i, const struct cons_input *in)
-{
-    struct cons_outbox *ob;
-    CHECK_OK(nop_step(g->r[i], in, g->now, &ob));
-    CHECK_OK(nop_seal(g->r[i])); /* each step a commit (nop.h) */
-    nop_invariants(g->r[i]);
-    take(g, i, ob);
-}
-
-/* Replica i's disk completes its n oldest pending items, in order, and
- * says so. */
 static void flush_n(struct group *g, uint32_t i, uint32_t n)
 {
-    struct disk *d = &g->disk[i];
-    if (n == 0 || (g->down >> i & 1))
-        return;
-    for (uint32_t k = 0; k < n; k++) {
-        struct rec *p = &d->pending[k];
-        if (p->kind == CONS_PERSIST_META) {
-            rec_set(&d->meta, p->buf, p->len, 0, p->kind);
-        } else if (p->kind == CONS_PERSIST_ENTRY) {
-            rec_set(&d->ents[p->index % SLOTS], p->buf, p->len, p->index, p->kind);
-        } else {
-            CHECK_EQ_U64(p->kind, CONS_PERSIST_SNAPSHOT);
-            rec_set(&d->snap, p->buf, p->len, p->index, p->kind);
-            for (int e = 0; e < SLOTS; e++) {
-                if (d->ents[e].buf && d->ents[e].index <= p->index)
-                    rec_clear(&d->ents[e]);
-            }
-        }
-    }
-    d->last_cookie += n;
-    for (uint32_t k = 0; k < n; k++)
-        rec_clear(&d->pending[k]);
-    memmove(d->pending, d->pending + n, (d->npending - n) * sizeof d->pending[0]);
-    memset(d->pending + d->npending - n, 0, n * sizeof d->pending[0]);
-    d->npending -= n;
-    struct cons_input in = {.kind = CONS_IN_PERSISTED, .cookie = d->last_cookie};
-    step(g, i, &in);
+    cfx_flush(&g->fx, i, n);
 }
 
 static void flush(struct group *g, uint32_t i)
 {
-    flush_n(g, i, g->disk[i].npending);
+    cfx_flush_all(&g->fx, i);
 }
 
-static void deliver_one(struct group *g)
-{
-    struct qmsg m = g->q[g->qhead];
-    g->qhead = (g->qhead + 1) % 8192;
-    g->qn--;
-    if (m.to.kind == CONS_ADDR_CLIENT) {
-        const struct cons_reply *res;
-        g->client_msgs++;
-        if (!g->done && nop_quorum_add(&g->quorum, m.from, m.buf, m.len, &res) == 1) {
-            g->done = 1;
-            cons_reply_copy(&g->result, res);
-        }
-    } else if (!(g->down >> m.to.id & 1)) {
-        struct cons_input in = {
-            .kind = CONS_IN_MSG, .from = cons_replica(m.from), .buf = m.buf, .len = m.len};
-        step(g, (uint32_t)m.to.id, &in);
-    }
-    free(m.buf);
-}
-
-/* Delivers queued messages (and, with auto_flush, completes every disk)
- * until nothing moves; bounded. */
 static void pump(struct group *g)
 {
-    for (int round = 0; round < 100000; round++) {
-        if (g->qn) {
-            deliver_one(g);
-            continue;
-        }
-        int pending = 0;
-        for (uint32_t i = 0; i < N && g->auto_flush; i++) {
-            uint64_t before = g->disk[i].last_cookie;
-            flush(g, i);
-            pending |= g->disk[i].last_cookie != before;
-        }
-        if (!pending)
-            return;
-    }
-    CHECK_MSG(0, "pump did not settle");
+    cfx_pump(&g->fx);
 }
 
 static void ticks(struct group *g, int n)
 {
-    for (int t = 0; t < n; t++) {
-        g->now += 5;
-        for (uint32_t i = 0; i < N; i++) {
-            struct cons_input in = {.kind = CONS_IN_TICK};
-            if (!(g->down >> i & 1))
-                step(g, i, &in);
-        }
-        pump(g);
-    }
+    cfx_ticks(&g->fx, n, 5);
 }
 
 static void boot(struct group *g, uint32_t i, enum nop_start_mode mode)
 {
-    struct nop_config c = {.n = N,
-                           .id = i,
-                           .log_cap = g->log_cap ? g->log_cap : 64, /* checkpoints every 16 */
-                           .xfer_chunk = 256,
-                           .xfer_window = 4,
-                           .clients_max = 4,
-                           .heartbeat_ns = 10,
-                           .election_ns = 100,
-                           .seed = ++g->incs,
-                           .durable = 1};
-    int err;
-    struct disk *d = &g->disk[i];
-    g->kv[i] = kv_mem_create(8);
-    g->r[i] = nop_create(&c, kv_mem_sm(g->kv[i]), &err);
-    CHECK_OK(err);
-    g->down &= ~(1u << i);
-    d->last_cookie = 0; /* cookies count per incarnation */
-    if (mode == NOP_START_EMPTY)
-        disk_wipe(d);
-    if (mode == NOP_START_RESTORED) {
-        CHECK(d->meta.buf != NULL);
-        CHECK_OK(nop_restore_meta(g->r[i], d->meta.buf, d->meta.len));
-        if (d->snap.buf)
-            CHECK_OK(nop_restore_snapshot(g->r[i], d->snap.buf, d->snap.len));
-        for (int k = 0; k < SLOTS; k++) {
-            if (d->ents[k].buf && d->ents[k].index > d->snap.index)
-                CHECK_OK(nop_restore_entry(g->r[i], d->ents[k].buf, d->ents[k].len));
-        }
-    }
-    struct cons_outbox *ob;
-    CHECK_OK(nop_start(g->r[i], mode, g->now, &ob));
-    take(g, i, ob);
+    cfx_boot(&g->fx, i, (enum cons_start_mode)mode);
 }
 
+/* The process dies, and its machine with it (the disk restores it). */
 static void crash(struct group *g, uint32_t i)
 {
-    nop_destroy(g->r[i]);
-    kv_mem_destroy(g->kv[i]);
-    g->r[i] = NULL;
-    g->down |= 1u << i;
-    disk_drop_pending(&g->disk[i]); /* what the disk had not completed is lost */
+    cfx_crash(&g->fx, i);
+    kv_mem_destroy(g->fx.kv[i]);
+    g->fx.kv[i] = NULL;
 }
 
 static void stop(struct group *g)
 {
-    for (uint32_t i = 0; i < N; i++) {
-        if (g->r[i])
-            crash(g, i);
-        disk_wipe(&g->disk[i]);
-    }
-    while (g->qn)
-        deliver_one(g);
+    cfx_stop(&g->fx);
 }
 
 static void start(struct group *g, uint32_t log_cap)
@@ -273,8 +90,17 @@ static void start(struct group *g, uint32_t log_cap)
     memset(g, 0, sizeof *g);
     g->result.data = g->result_data;
     g->result.cap = sizeof g->result_data;
-    g->log_cap = log_cap;
-    g->auto_flush = 1;
+    struct cons_core_config c = {.log_cap = log_cap ? log_cap : 64, /* checkpoints every 16 */
+                                 .history_bytes = CONS_HISTORY_NONE,
+                                 .xfer_chunk = 256,
+                                 .xfer_window = 4,
+                                 .clients_max = 4,
+                                 .heartbeat_ns = 10,
+                                 .election_ns = 100,
+                                 .durable = 1};
+    cfx_init(&g->fx, CONS_PROTO_NOP, N, &c, CFX_QUEUED, CFX_DISK_MANUAL);
+    g->fx.hooks.reply = on_reply;
+    g->fx.auto_flush = 1;
     for (uint32_t i = 0; i < N; i++)
         boot(g, i, NOP_START_FRESH);
     pump(g);
@@ -285,7 +111,6 @@ static void start(struct group *g, uint32_t log_cap)
 static void send_op(struct group *g, uint8_t type, uint32_t key, uint64_t val)
 {
     struct cons_op op;
-    uint8_t buf[4096];
     char k[2] = {'k', (char)('a' + key)}, v[NOP_OP_MAX];
     uint32_t vlen = 0;
     if (type == CONS_OP_PUT)
@@ -300,15 +125,9 @@ static void send_op(struct group *g, uint8_t type, uint32_t key, uint64_t val)
     op.req_no = ++g->req_no;
     nop_quorum_reset(&g->quorum, N, CLIENT, op.req_no);
     g->done = 0;
-    uint64_t num = ++g->msgnum;
-    int len = nop_encode_oum_request(buf, sizeof buf, g->session, num, &op);
-    CHECK(len > 0);
-    for (uint32_t i = 0; i < N; i++) {
-        struct cons_input in = {
-            .kind = CONS_IN_MSG, .from = {CONS_ADDR_OUM, 0}, .buf = buf, .len = (size_t)len};
-        if (!(g->down >> i & 1))
-            step(g, i, &in);
-    }
+    uint64_t num = cfx_oum_next(&g->fx);
+    for (uint32_t i = 0; i < N; i++)
+        cfx_oum_to(&g->fx, i, num, &op, 0);
     pump(g);
 }
 
@@ -345,9 +164,9 @@ static int leader_normal(struct group *g)
 {
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        if (g->down >> i & 1)
+        if (g->fx.down >> i & 1)
             continue;
-        nop_status(g->r[i], &st);
+        nop_status(R(g, i), &st);
         if (st.is_leader)
             return 1;
     }
@@ -369,16 +188,16 @@ static uint32_t acknowledged_then_crash_all(struct group *g, uint64_t last[3])
     uint32_t leader = 0;
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g->r[i], &st);
+        nop_status(R(g, i), &st);
         leader = st.is_leader ? i : leader;
     }
     uint32_t follower = (leader + 1) % N, slow = (leader + 2) % N;
-    g->auto_flush = 0;
+    g->fx.auto_flush = 0;
     uint64_t before = g->client_msgs;
     send_op(g, CONS_OP_PUT, 0, 21);
     CHECK_EQ_U64(g->client_msgs, before); /* every reply waits for its disk */
     struct nop_stat ls;
-    nop_status(g->r[leader], &ls);
+    nop_status(R(g, leader), &ls);
     CHECK(ls.held >= 1 && ls.held_dropped == 0); /* the leader's result, at least */
     /* The leader executes (and answers) once the follower's durable
      * SYNC-REPLY committed the slot; its META with that commit point is
@@ -395,11 +214,10 @@ static uint32_t acknowledged_then_crash_all(struct group *g, uint64_t last[3])
     CHECK(!g->done);
     for (uint32_t i = 0; i < N; i++)
         crash(g, i);
-    while (g->qn)
-        deliver_one(g); /* messages in flight reach nobody */
-    g->auto_flush = 1;
-    g->session++; /* the sequencer restarted too: a new session */
-    g->msgnum = 0;
+    cfx_pump(&g->fx); /* messages in flight reach nobody */
+    g->fx.auto_flush = 1;
+    g->fx.session++; /* the sequencer restarted too: a new session */
+    g->fx.msgnum = 0;
     return slow;
 }
 
@@ -418,7 +236,7 @@ TEST(whole_group_restart_keeps_acknowledged_writes)
     for (uint32_t i = 0; i < N; i++) {
         boot(&g, i, NOP_START_RESTORED);
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_I64(st.status, NOP_VIEWCHANGE); /* its log counts: no recovery */
     }
     pump(&g);
@@ -430,7 +248,7 @@ TEST(whole_group_restart_keeps_acknowledged_writes)
     ticks(&g, 20);
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_I64(st.status, NOP_NORMAL);
         CHECK_EQ_U64(st.view.session, 1);
     }
@@ -448,7 +266,7 @@ TEST(whole_group_restart_with_one_disk_lost)
     for (uint32_t i = 0; i < N; i++) {
         boot(&g, i, i == lost ? NOP_START_EMPTY : NOP_START_RESTORED);
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         CHECK_EQ_I64(st.status, i == lost ? NOP_RECOVERING : NOP_VIEWCHANGE);
     }
     pump(&g);
@@ -457,7 +275,7 @@ TEST(whole_group_restart_with_one_disk_lost)
         check_value(&g, k, last[k]);
     ticks(&g, 40);
     struct nop_stat st;
-    nop_status(g.r[lost], &st);
+    nop_status(R(&g, lost), &st);
     CHECK_EQ_I64(st.status, NOP_NORMAL); /* recovered from the others */
     stop(&g);
 }
@@ -467,15 +285,15 @@ TEST(durable_log_with_a_hole_is_refused)
     static struct group g;
     uint64_t last[3] = {0};
     uint32_t slow = acknowledged_then_crash_all(&g, last);
-    struct disk *d = &g.disk[slow];
+    struct cfx_disk *d = &g.fx.disk[slow];
     int k = -1; /* drop the newest entry record above the snapshot */
-    for (int e = 0; e < SLOTS; e++) {
+    for (int e = 0; e < CFX_SLOTS; e++) {
         if (d->ents[e].buf && d->ents[e].index > d->snap.index &&
             (k < 0 || d->ents[e].index > d->ents[k].index))
             k = e;
     }
     CHECK(k >= 0);
-    rec_clear(&d->ents[k]);
+    cfx_rec_clear(&d->ents[k]);
     struct nop_config c = {.n = N,
                            .id = slow,
                            .log_cap = 64,
@@ -493,7 +311,7 @@ TEST(durable_log_with_a_hole_is_refused)
     CHECK_OK(nop_restore_meta(r, d->meta.buf, d->meta.len));
     if (d->snap.buf)
         CHECK_OK(nop_restore_snapshot(r, d->snap.buf, d->snap.len));
-    for (int e = 0; e < SLOTS; e++) {
+    for (int e = 0; e < CFX_SLOTS; e++) {
         if (d->ents[e].buf && d->ents[e].index > d->snap.index)
             CHECK_OK(nop_restore_entry(r, d->ents[e].buf, d->ents[e].len));
     }
@@ -523,17 +341,17 @@ TEST(whole_group_restart_with_a_log_longer_than_one_outbox)
     uint32_t leader = 0;
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         leader = st.is_leader ? i : leader;
     }
-    g.auto_flush = 0;
+    g.fx.auto_flush = 0;
     for (uint64_t k = 256; k <= 260; k++)
         send_op(&g, CONS_OP_PUT, 3, k);
     flush(&g, leader);
     pump(&g);
     for (uint32_t i = 0; i < N; i++)
         crash(&g, i);
-    g.auto_flush = 1;
+    g.fx.auto_flush = 1;
     for (uint32_t i = 0; i < N; i++)
         boot(&g, i, NOP_START_RESTORED);
     pump(&g);
@@ -558,26 +376,26 @@ TEST(held_ring_fills_wraps_and_drains_in_order)
     uint32_t leader = 0;
     for (uint32_t i = 0; i < N; i++) {
         struct nop_stat st;
-        nop_status(g.r[i], &st);
+        nop_status(R(&g, i), &st);
         leader = st.is_leader ? i : leader;
     }
-    g.auto_flush = 0;
+    g.fx.auto_flush = 0;
     for (uint64_t k = 2; k <= 400; k++) {
         send_op(&g, CONS_OP_PUT, (uint32_t)(k % 3), k);
         ticks(&g, 2);
     }
     struct nop_stat st;
-    nop_status(g.r[leader], &st);
+    nop_status(R(&g, leader), &st);
     CHECK_MSG(st.held_dropped > 0, "held %u, none dropped", st.held);
-    for (int round = 0; round < 400 && g.disk[leader].npending; round++) {
+    for (int round = 0; round < 400 && g.fx.disk[leader].npending; round++) {
         flush_n(&g, leader, 2); /* a slow disk: a few items per tick */
         pump(&g);
         ticks(&g, 1);
     }
-    g.auto_flush = 1;
+    g.fx.auto_flush = 1;
     pump(&g);
     ticks(&g, 20);
-    nop_status(g.r[leader], &st);
+    nop_status(R(&g, leader), &st);
     CHECK_EQ_U64(st.held, 0);
     for (uint32_t k = 0; k < 3; k++) {
         run_op(&g, CONS_OP_PUT, k, 100 + k);
