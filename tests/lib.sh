@@ -102,6 +102,23 @@ fk_local_conf() {
     } >"$1"
 }
 
+# fk_deploy_conf FILE PROTOCOL DURABILITY BASEPORT TOKEN: a 3-node cluster
+# file for deploy/flowkv-deploy's local runner: node i on 127.0.0.1 at
+# BASEPORT+i, host hI (a directory), data in /var/lib/flowkv/I under it.
+fk_deploy_conf() {
+    {
+        echo "[cluster]"
+        echo "protocol = $2"
+        echo "durability = $3"
+        echo "token = $5"
+        echo "sequencers = 2, 1, 0"
+        for i in 0 1 2; do
+            printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
+                "$i" $(($4 + i)) "$i" "$i"
+        done
+    } >"$1"
+}
+
 # t_ycsb_all_ok NAME FILE OPS: one check: the flowkv-ycsb report in FILE
 # counts OPS operations, all Return=OK, with no -FAILED series and no other
 # return code. A read-modify-write (workload F) is reported three times,

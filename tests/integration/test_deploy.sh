@@ -23,18 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-base=$((20000 + RANDOM % 12000))
-{
-    echo "[cluster]"
-    echo "protocol = nopaxos"
-    echo "durability = sync"
-    echo "token = deploy-test-token-012345"
-    echo "sequencers = 2, 1, 0"
-    for i in 0 1 2; do
-        printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
-            $i $((base + i)) $i $i
-    done
-} >"$WORK/cluster.conf"
+fk_deploy_conf "$WORK/cluster.conf" nopaxos sync "$(fk_base_port)" deploy-test-token-012345
 dep() { timeout 180 "$D" -c "$WORK/cluster.conf" --runner local --root "$HOSTS" "$@"; }
 
 if out=$(dep up 2>&1); then

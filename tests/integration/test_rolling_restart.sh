@@ -40,18 +40,7 @@ gap_ms() {
 for proto in multipaxos nopaxos; do
     w=$WORK/$proto
     mkdir -p "$w"
-    base=$(fk_base_port)
-    {
-        echo "[cluster]"
-        echo "protocol = $proto"
-        echo "durability = sync"
-        echo "token = rolling-test-token-012345"
-        echo "sequencers = 2, 1, 0"
-        for i in 0 1 2; do
-            printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
-                $i $((base + i)) $i $i
-        done
-    } >"$w/cluster.conf"
+    fk_deploy_conf "$w/cluster.conf" "$proto" sync "$(fk_base_port)" rolling-test-token-012345
     dep() { timeout 240 "$D" -c "$w/cluster.conf" --runner local --root "$w/hosts" "$@"; }
     if ! out=$(dep up 2>&1); then
         t_fail "$proto: flowkv-deploy up" "$(tail -n 3 <<<"$out")"

@@ -165,13 +165,14 @@ static char dir[64], file[64];
 static struct kv_store *store;
 static struct kv_sm ksm;
 
-static void open_store(void)
+/* A store in a fresh directory; quota 0: the default. */
+static void open_store(uint64_t quota)
 {
     snprintf(dir, sizeof dir, "/tmp/fkbkXXXXXX");
     CHECK(mkdtemp(dir) != NULL);
     struct kv_store_opts o = {.dir = dir, .durability = FK_DURABLE_ASYNC};
     CHECK_OK(kv_store_open(&o, &store));
-    CHECK_OK(kv_sm_init(&ksm, store, 0));
+    CHECK_OK(kv_sm_init(&ksm, store, quota));
 }
 
 static void close_store(void)
@@ -215,7 +216,7 @@ TEST(restore_installs_the_pairs_alone)
     CHECK(want > 1000 * 200); /* every pair, each more than its value */
     memcpy(got, whole, want);
 
-    open_store();
+    open_store(0);
     struct cons_sm ls = kv_sm_cons(&ksm);
     /* A damaged copy is refused before anything is installed. */
     char bad[80], cmd[320], err[256];
@@ -258,11 +259,7 @@ TEST(restore_refuses_more_than_the_quota)
     struct cons_sm sm = kv_mem_sm(kv);
     fill(&sm);
     save_file(&sm);
-    snprintf(dir, sizeof dir, "/tmp/fkbkXXXXXX");
-    CHECK(mkdtemp(dir) != NULL);
-    struct kv_store_opts o = {.dir = dir, .durability = FK_DURABLE_ASYNC};
-    CHECK_OK(kv_store_open(&o, &store));
-    CHECK_OK(kv_sm_init(&ksm, store, 100000)); /* the data is about 215 KB */
+    open_store(100000); /* the data is about 215 KB */
     struct cons_sm ls = kv_sm_cons(&ksm);
     struct srv_backup_restored out;
     char err[256];
