@@ -127,6 +127,11 @@ static void mpx_core_invariants(const void *core)
     mpx_invariants(core);
 }
 
+static int mpx_core_transfer(void *core, uint64_t now, struct cons_outbox **out)
+{
+    return mpx_transfer(core, now, out);
+}
+
 const struct cons_core_ops mpx_core_ops = {
     .proto = CONS_PROTO_MPX,
     .name = "multipaxos",
@@ -141,6 +146,7 @@ const struct cons_core_ops mpx_core_ops = {
     .describe = mpx_core_describe,
     .committed_hash = mpx_core_hash,
     .invariants = mpx_core_invariants,
+    .transfer = mpx_core_transfer,
 };
 
 /* ---- NOPaxos ------------------------------------------------------------------ */

@@ -577,6 +577,20 @@ int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct co
     return r->poisoned ? FK_EPOISONED : rc;
 }
 
+int mpx_transfer(struct mpx *r, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    *out = &r->ob;
+    if (r->poisoned)
+        return FK_EPOISONED;
+    if (!r->started)
+        return FK_EINVAL;
+    if (now > r->now)
+        r->now = now;
+    mpx__transfer(r);
+    return 0;
+}
+
 void mpx_invariants(const struct mpx *r)
 {
     FK_ASSERT(r->applied <= r->commit);

@@ -161,6 +161,13 @@ int mpx_start(struct mpx *r, enum mpx_start_mode mode, uint64_t now, struct cons
  * returns it too). */
 int mpx_step(struct mpx *r, const struct cons_input *in, uint64_t now, struct cons_outbox **out);
 
+/* The driver is about to stop this replica: a leader asks the follower
+ * that acknowledged the highest slot to start phase 1 at once (TIMEOUT_NOW,
+ * as Raft's leadership transfer, Ongaro's thesis section 3.10) and
+ * becomes a follower; other roles do nothing. The outbox holds the
+ * message. 0, FK_EINVAL (not started), FK_EPOISONED. */
+int mpx_transfer(struct mpx *r, uint64_t now, struct cons_outbox **out);
+
 /* Asserts the replica's internal invariants (aborts on violation). */
 void mpx_invariants(const struct mpx *r);
 void mpx_status(const struct mpx *r, struct mpx_status *st);

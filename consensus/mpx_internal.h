@@ -31,6 +31,7 @@ enum mpx_type {
     MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, u64 applied, entries */
     MPX_RECOVER_GEN = 16,   /* u64 nonce, u64 the asker's generation as known here */
     MPX_COMPACTED = 17,     /* u64 snap_index: the entries asked for are compacted here */
+    MPX_TIMEOUT_NOW = 18,   /* term = the leader's ballot; u64 0: "start phase 1 now" */
     MPX__TYPES
 };
 
@@ -208,6 +209,8 @@ void mpx__become_follower(struct mpx *r);
 uint64_t mpx__rand(struct mpx *r);
 
 /* mpx_paxos.c */
+/* The leader hands over (mpx_transfer). */
+void mpx__transfer(struct mpx *r);
 void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op *op,
                    const struct cons_input *in);
 void mpx__tick(struct mpx *r);

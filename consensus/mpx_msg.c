@@ -71,6 +71,7 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
     case MPX_PREPARE:
     case MPX_COMMIT:
     case MPX_CATCHUP_REQ:
+    case MPX_TIMEOUT_NOW:
         m->u1 = cons_r_u64(r);
         return 0;
     case MPX_RECOVER:

@@ -265,6 +265,49 @@ static void on_prepare(struct mpx *r, const struct mpx_msg *m)
     mpx__hold(r, MPX_PROMISE, m->from, m->term, m->u1);
 }
 
+/* ---- leadership transfer (Raft's TimeoutNow, Ongaro's thesis 3.10) ------ */
+
+/* The follower that acknowledged the highest slot: the one whose phase 1
+ * has least to merge (any follower's is safe: phase 1 takes every value
+ * a majority may have chosen). */
+static uint32_t best_follower(const struct mpx *r)
+{
+    for (uint64_t i = r->next_index;
+         i-- > r->snap_index + 1 && i + r->cfg.log_cap > r->next_index;) {
+        const struct mpx_slot *s = mpx__cslot(r, i);
+        for (uint32_t p = 0; s != NULL && s->index == i && p < r->cfg.n; p++)
+            if (p != r->cfg.id && (s->acks >> p & 1))
+                return p;
+    }
+    return (r->cfg.id + 1) % r->cfg.n;
+}
+
+/* A leader that is about to stop asks its most advanced follower to start
+ * phase 1 at once, and becomes a follower: the group changes leader in a
+ * round trip instead of an election timeout (a rolling restart's
+ * unavailability). Lost, the message costs only the usual timeout. */
+void mpx__transfer(struct mpx *r)
+{
+    if (r->role != MPX_LEADER)
+        return;
+    uint32_t to = best_follower(r);
+    FK_ASSERT(to != r->cfg.id && to < r->cfg.n);
+    mpx__send_simple(r, cons_replica(to), MPX_TIMEOUT_NOW, r->promised, 0);
+    mpx__become_follower(r);
+    r->last_heard = r->now; /* it grants no pre-vote of its own meanwhile */
+}
+
+/* Only from the leader this follower follows, at its ballot: anything else
+ * (a stale or duplicated request) is ignored. No pre-vote: the leader
+ * asked, and PREPARE's higher ballot is what makes the change safe. */
+static void on_timeout_now(struct mpx *r, const struct mpx_msg *m)
+{
+    if (r->role != MPX_FOLLOWER || m->term != r->promised || m->from != r->leader ||
+        ballot_owner(m->term) != m->from)
+        return;
+    start_phase1(r);
+}
+
 static void send_accepts(struct mpx *r, uint32_t to, int force);
 
 /* The leader's heartbeat: unacknowledged accepts to each follower (all of
@@ -812,6 +855,9 @@ void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op 
         break;
     case MPX_RECOVER:
         mpx__on_recover(r, m);
+        break;
+    case MPX_TIMEOUT_NOW:
+        on_timeout_now(r, m);
         break;
     default:
         break; /* REPLY, RECOVER_REPLY, RECOVER_GEN: not for a normal replica */

@@ -405,6 +405,26 @@ static int batch(struct srv_node *n, int txn_open)
     return rc;
 }
 
+/* SIGTERM: a leader hands over before the drain (cons_core_ops.transfer;
+ * Multi-Paxos asks its most advanced follower to start phase 1 at once),
+ * so a rolling restart changes leader in a round trip, not an election
+ * timeout. Returns 1 (the write transaction is open) or an error. */
+static int hand_over(struct srv_node *n, int txn_open)
+{
+    if (n->core.ops->transfer == NULL)
+        return txn_open;
+    struct cons_outbox *ob = NULL;
+    int rc = txn_open ? 0 : kv_write_begin(n->store);
+    if (rc == 0)
+        rc = n->core.ops->transfer(n->core.impl, fk_now_ns(), &ob);
+    if (rc == 0)
+        rc = drain(n, ob);
+    srv_net_flush(n->net);
+    if (rc == 0 && ob->nmsgs > 0)
+        fk_info("node", "stopping: leadership handed over");
+    return rc < 0 ? rc : 1;
+}
+
 int srv_node_run(struct srv_node *n)
 {
     srv_notify("READY=1\nSTATUS=serving");
@@ -417,6 +437,11 @@ int srv_node_run(struct srv_node *n)
         open = rc == 1;
     }
     srv_notify("STOPPING=1");
+    if (rc >= 0) {
+        int h = hand_over(n, open);
+        rc = h < 0 ? h : rc;
+        open = h == 1;
+    }
     /* Drain: what was received is stepped and committed, and replies
      * already produced go out; nothing new is taken once the deadline
      * passes. */

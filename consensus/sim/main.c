@@ -152,7 +152,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 }
 
 struct totals {
-    uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum;
+    uint64_t ran, failed, ops, msgs, drops, dups, parts, crashes, empties, n5, failovers, oum,
+        handovers;
     uint64_t fills, crash_alls, amnesias;
     uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent, xfer_rc, xfer_sc;
     uint64_t past;
@@ -170,6 +171,7 @@ static void add(struct totals *t, const struct sim_result *r)
     t->empties += r->empty_restarts;
     t->n5 += r->n == 5;
     t->failovers += r->failovers;
+    t->handovers += r->handovers;
     t->oum += r->oum_drops;
     t->fills += r->oum_fills;
     t->crash_alls += r->crash_alls;
@@ -254,6 +256,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
     if (proto == SIM_NOP)
         printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops, %" PRIu64 " OUM fills",
                t.failovers, t.oum, t.fills);
+    else
+        printf(", %" PRIu64 " leaders stopped that handed over", t.handovers);
     if (proto == SIM_NOP && a->durable)
         printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
     printf("\n  state transfers: %" PRIu64 " completed (%" PRIu64

@@ -510,6 +510,21 @@ static uint32_t down_count(struct world *w)
 
 /* ---- faults ----------------------------------------------------------------- */
 
+/* A stop by SIGTERM rather than kill -9: the server hands leadership over
+ * first (cons_core_ops.transfer), and what that sends is on the network
+ * when the process ends. */
+static void stop_gracefully(struct world *w, uint32_t i)
+{
+    struct rep *r = &w->reps[i];
+    struct cons_outbox *ob;
+    if (r->core.ops->transfer == NULL || r->core.ops->transfer(r->core.impl, w->now, &ob) < 0)
+        return;
+    w->res->handovers += ob->nmsgs > 0;
+    if (ob->nmsgs > 0)
+        sim__say(w, 1, "replica %u stops gracefully: it hands leadership over", i);
+    sim__take_outbox(w, i, ob);
+}
+
 /* Durable NOPaxos: every replica that is up crashes at once (losing the
  * persists its disk had not completed) and restarts from its disk later;
  * replicas already down keep their pending restart. Replicas without a
@@ -627,6 +642,8 @@ static void on_fault(struct world *w)
             int empty = sim__rnd(w) % 100 < 35;
             sim__say(w, 1, "fault: crash replica %u (restart %s)", i,
                      empty ? "empty" : "with disk");
+            if (sim__rnd(w) % 3 == 0)
+                stop_gracefully(w, i);
             crash(w, i);
             w->res->crashes++;
             w->res->empty_restarts += (uint64_t)empty;

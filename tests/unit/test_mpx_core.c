@@ -128,6 +128,39 @@ TEST(elect_put_get_exactly_once)
     stop(&g);
 }
 
+/* A leader about to stop hands over (mpx_transfer): its most advanced
+ * follower runs phase 1 at once, without an election timeout, and the
+ * value chosen before is there. */
+TEST(leader_hands_over_without_a_timeout)
+{
+    static struct group g;
+    start(&g);
+    tick_until_leader(&g);
+    int l = leader_of(&g);
+    CHECK(l >= 0);
+    request(&g, l, CONS_OP_PUT, 1, "v1");
+    CHECK_EQ_I64(g.last_reply.status, 0);
+    uint64_t before = g.fx.now;
+    struct cons_outbox *ob;
+    CHECK_OK(mpx_transfer(R(&g, l), g.fx.now, &ob));
+    CHECK_EQ_U64(ob->nmsgs, 1);
+    g.fx.down |= 1u << l; /* it stops: only the message goes out */
+    cfx_deliver(&g.fx, (uint32_t)l, ob);
+    cfx_crash(&g.fx, (uint32_t)l);
+    int nl = leader_of(&g);
+    CHECK(nl >= 0 && nl != l);
+    CHECK_EQ_U64(g.fx.now, before); /* no time passed: no timeout ran */
+    request(&g, nl, CONS_OP_GET, 2, NULL);
+    CHECK_EQ_I64(g.last_reply.status, 0);
+    CHECK(g.last_reply.len == 2 && memcmp(g.last_reply.data, "v1", 2) == 0);
+    /* A follower asked to hand over has nothing to hand. */
+    CHECK_OK(mpx_transfer(R(&g, (uint32_t)(nl + 1) % N == (uint32_t)l ? (uint32_t)(nl + 2) % N
+                                                                      : (uint32_t)(nl + 1) % N),
+                          g.fx.now, &ob));
+    CHECK_EQ_U64(ob->nmsgs, 0);
+    stop(&g);
+}
+
 TEST(malformed_messages_rejected)
 {
     static struct group g;
