@@ -80,6 +80,12 @@ TEST(opts_file_values_and_overrides)
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_TCP);
     CHECK_OK(parse("-c", path, "-i", "2", "-f", "auto", END));
     CHECK_EQ_I64(srv_opts_self(&o)->fabric, FK_FABRIC_AUTO);
+    /* --restore seeds a new cluster: it implies --new-cluster. */
+    CHECK_OK(parse("-c", path, "-i", "0", END));
+    CHECK(o.restore == NULL && !o.new_cluster);
+    CHECK_OK(parse("-c", path, "-i", "0", "--restore", "/tmp/b.db", END));
+    CHECK_EQ_STR(o.restore, "/tmp/b.db");
+    CHECK(o.new_cluster);
     unlink(path);
 }
 
