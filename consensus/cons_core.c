@@ -247,6 +247,11 @@ static uint64_t nop_core_intake(const void *core, uint32_t *session)
     return nop_oum_intake(core, session);
 }
 
+static int nop_core_transfer(void *core, uint64_t now, struct cons_outbox **out)
+{
+    return nop_transfer(core, now, out);
+}
+
 const struct cons_core_ops nop_core_ops = {
     .proto = CONS_PROTO_NOP,
     .name = "nopaxos",
@@ -263,6 +268,7 @@ const struct cons_core_ops nop_core_ops = {
     .invariants = nop_core_invariants,
     .seal = nop_core_seal,
     .oum_intake = nop_core_intake,
+    .transfer = nop_core_transfer,
 };
 
 /* ---- picking and holding a core ------------------------------------------------ */

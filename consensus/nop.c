@@ -762,6 +762,28 @@ int nop_step(struct nop *r, const struct cons_input *in, uint64_t now, struct co
     return end_of_step(r);
 }
 
+int nop_transfer(struct nop *r, uint64_t now, struct cons_outbox **out)
+{
+    cons_outbox_reset(&r->ob);
+    r->sealed = 0;
+    *out = &r->ob;
+    if (r->poisoned)
+        return FK_EPOISONED;
+    if (!r->started)
+        return FK_EINVAL;
+    if (now > r->now)
+        r->now = now;
+    /* The next view, led by the next replica: the followers start it now
+     * instead of after a view-change timeout of silence (section 5.2.3:
+     * any replica may ask for a view change; this one asks for its own
+     * succession). */
+    if (r->status == NOP_NORMAL && nop__is_leader(r)) {
+        struct nop_view v = {.leader_num = r->view.leader_num + 1, .session = r->view.session};
+        nop__start_view_change(r, v);
+    }
+    return end_of_step(r);
+}
+
 static int skip_row(void *arg, const struct cons_session *s)
 {
     (void)arg;

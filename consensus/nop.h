@@ -279,6 +279,13 @@ int nop_seal(struct nop *r);
 /* Asserts internal invariants (aborts on violation); those of the
  * machine's mark only right after a seal. */
 void nop_invariants(const struct nop *r);
+/* The driver is about to stop this replica: a leader in normal status
+ * starts the view change to the next view (led by the next replica) and
+ * asks its followers to join it, so the group moves on in a round trip
+ * instead of a view-change timeout; other replicas do nothing. The outbox
+ * holds what to send (durable mode: released as usual once durable). 0,
+ * FK_EINVAL (not started), FK_EPOISONED. */
+int nop_transfer(struct nop *r, uint64_t now, struct cons_outbox **out);
 void nop_status(const struct nop *r, struct nop_stat *st);
 /* Writes a one-line account of the replica's protocol state (view, log
  * positions, pending gap agreement, held messages; a leader's view of each

@@ -256,8 +256,7 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
     if (proto == SIM_NOP)
         printf(", %" PRIu64 " sequencer failovers, %" PRIu64 " OUM drops, %" PRIu64 " OUM fills",
                t.failovers, t.oum, t.fills);
-    else
-        printf(", %" PRIu64 " leaders stopped that handed over", t.handovers);
+    printf(", %" PRIu64 " leaders stopped that handed over", t.handovers);
     if (proto == SIM_NOP && a->durable)
         printf(", %" PRIu64 " whole-group crashes", t.crash_alls);
     printf("\n  state transfers: %" PRIu64 " completed (%" PRIu64

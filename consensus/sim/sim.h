@@ -65,7 +65,7 @@ struct sim_result {
     uint64_t ops_done, ops_issued;
     uint64_t steps, msgs, dropped, duplicated, partitions, crashes, empty_restarts;
     uint64_t failovers, oum_drops; /* NOPaxos: sequencer failovers, OUM drop notifications */
-    uint64_t handovers;            /* Multi-Paxos: leaders stopped gracefully that handed over */
+    uint64_t handovers;            /* leaders stopped gracefully that handed over */
     uint64_t oum_fills;            /* NOPaxos: OUM numbers that carried a fill */
     uint64_t crash_alls;           /* durable NOPaxos: whole-group crashes */
     uint64_t amnesias;             /* amnesia-in-the-minority faults (sim.c) */

@@ -389,6 +389,40 @@ TEST(session_change_starts_new_view)
     stop(&g);
 }
 
+/* A leader about to stop hands over (nop_transfer): the next view, led
+ * by replica 1, starts at once, without the view-change timeout, keeps
+ * what was committed and serves. */
+TEST(leader_hands_over_without_a_timeout)
+{
+    static struct group g;
+    start(&g);
+    struct cons_op a = put(1, "a");
+    multicast(&g, &a, 0);
+    ticks(&g, 5); /* committed everywhere */
+    uint64_t before = g.fx.now;
+    struct cons_outbox *ob;
+    CHECK_OK(nop_transfer(R(&g, 0), g.fx.now, &ob));
+    CHECK_OK(nop_seal(R(&g, 0)));
+    CHECK(ob->nmsgs >= 2);
+    g.fx.down |= 1u << 0; /* it stops: only its messages go out */
+    cfx_deliver(&g.fx, 0, ob);
+    cfx_crash(&g.fx, 0);
+    struct nop_stat st;
+    nop_status(R(&g, 1), &st);
+    CHECK_EQ_U64(st.status, NOP_NORMAL);
+    CHECK_EQ_U64(st.view.leader_num, 1);
+    CHECK_EQ_U64(g.fx.now, before); /* no time passed: no timeout ran */
+    struct cons_op b = put(2, "b");
+    int results = g.results;
+    multicast(&g, &b, 0);
+    CHECK_EQ_I64(g.results, results + 1); /* the new leader executes it */
+    CHECK_EQ_U64(g.last_view.leader_num, 1);
+    /* A follower has nothing to hand over. */
+    CHECK_OK(nop_transfer(R(&g, 2), g.fx.now, &ob));
+    CHECK_EQ_U64(ob->nmsgs, 0);
+    stop(&g);
+}
+
 TEST(quorum_rejects_results_from_followers)
 {
     static struct group g;
