@@ -70,10 +70,21 @@ static uint32_t known(const struct seqctl_round *r)
 static struct seqctl_action on_own(struct seqctl *s, const struct seqctl_round *r)
 {
     struct seqctl_action a = {SEQCTL_NOTHING, 0};
-    /* Named, but its process does not run it (restarted), or runs an
-     * obsolete session: a new one at once. */
-    if ((!r->hosting || r->seen > r->session) && !(s->cfg.bugs & SEQCTL_BUG_NO_RESTART))
+    int fix = !(s->cfg.bugs & SEQCTL_BUG_NO_RESTART);
+    /* Named, but its process does not run it (restarted): a new one at
+     * once; nobody else will, since it answers. */
+    if (!r->hosting && fix)
         return (struct seqctl_action){SEQCTL_TAKE_OVER, seqctl_new_session(s, known(r))};
+    /* It runs an obsolete session: another replica took over, whose
+     * declaration has not come yet (it announces it each round once every
+     * replica answers). Only if it does not come within SEQCTL_REFUSED
+     * rounds (that host died too) does this one start a new session. */
+    if (r->seen > r->session && fix) {
+        if (++s->refused >= SEQCTL_REFUSED)
+            return (struct seqctl_action){SEQCTL_TAKE_OVER, seqctl_new_session(s, known(r))};
+        return a;
+    }
+    s->refused = 0;
     if (s->announce && answering(s, r, SEQCTL_NONE) == s->cfg.n - 1)
         a = (struct seqctl_action){SEQCTL_ANNOUNCE, r->session};
     return a;
@@ -120,6 +131,16 @@ void seqctl_took_over(struct seqctl *s, uint32_t session, int pending)
         s->floor = session;
     s->misses = s->refused = 0;
     s->announce = pending != 0;
+}
+
+uint32_t seqctl_successor(const struct seqctl *s, const uint8_t *probe)
+{
+    for (uint32_t k = 0; k < s->cfg.norder; k++) {
+        uint32_t id = s->cfg.order[k];
+        if (id != s->cfg.id && probe[id] == SEQCTL_ANSWERED)
+            return id;
+    }
+    return SEQCTL_NONE;
 }
 
 void seqctl_announced(struct seqctl *s)

@@ -44,6 +44,10 @@
  *    (the simulator found that too: a host restarted while cut off started
  *    a session the group moved to, then crashed before its declaration
  *    spread, leaving the older sequencer declared and every client stuck).
+ *    The host itself waits SEQCTL_REFUSED rounds for the newer declaration
+ *    (whoever took over announces it) before it starts a session of its own
+ *    (the fault suite: a host cut off and back took over again at once
+ *    rather than retire).
  *  - A replica the declaration names that does not run the sequencer (its
  *    process restarted) starts it again at once, with a new session: it
  *    answers its peers' probes, so without this nobody ever would (the
@@ -140,6 +144,12 @@ struct seqctl_action seqctl_step(struct seqctl *s, const struct seqctl_round *r)
 /* The driver started a sequencer here with `session` (a takeover, or the
  * first start of the flow); pending: some replica did not hear of it. */
 void seqctl_took_over(struct seqctl *s, uint32_t session, int pending);
+/* The replica this one, stopping while it hosts the sequencer, hands it
+ * to: the first of the failover order, itself aside, whose probe was
+ * answered (probe[j] as in a round); SEQCTL_NONE when none answered. The
+ * named replica starts a sequencer at once (a named host that runs none),
+ * instead of the others waiting for three refused probes. */
+uint32_t seqctl_successor(const struct seqctl *s, const uint8_t *probe);
 /* Every replica heard of this replica's session. */
 void seqctl_announced(struct seqctl *s);
 

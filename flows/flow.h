@@ -349,6 +349,16 @@ int flow_sequencer_start(flow_node *node, const char *name, uint32_t session);
 int flow_sequencer_info(flow_node *node, const char *name, char *addr, size_t cap,
                         uint32_t *session);
 
+/* Hands the sequencer of ordered flow name, which this node hosts, to the
+ * node at addr: this node's counter goes (its sources move on, as from a
+ * retired one) and the declaration naming addr, with the same session and
+ * a newer version, is told to every node of the flow. The node at addr is
+ * expected to start a sequencer with a new session (flowkv: seqctl.h, a
+ * named host that runs none starts one at once). FK_ENOTFOUND when this
+ * node does not host it; publishing errors as flow_sequencer_start's. Any
+ * thread. */
+int flow_sequencer_handoff(flow_node *node, const char *name, const char *addr);
+
 /* Which session of ordered flow name's sequencer the node at addr runs:
  * asks it within timeout_ns (a connection and one call). 0 with *session
  * set; FK_ENOTFOUND when it answers but runs none (it restarted, or

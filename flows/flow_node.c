@@ -665,6 +665,36 @@ int flow_node_probe(flow_node *n, const char *addr, uint64_t timeout_ns)
     return rc;
 }
 
+int flow_sequencer_handoff(flow_node *n, const char *name, const char *addr)
+{
+    struct flow__desc d;
+    if (n == NULL || name == NULL || addr == NULL || addr[0] == '\0')
+        return FK_EINVAL;
+    int rc = describe_ordered(n, name, &d);
+    if (rc < 0)
+        return rc;
+    if (strcmp(d.opts.sequencer, flow_node_addr(n)) != 0)
+        return FK_ENOTFOUND;
+    struct flow__seq old = {0};
+    pthread_mutex_lock(&n->lock);
+    for (int i = 0; i < SEQ_MAX; i++) {
+        if (n->seqs[i].mr != NULL && strcmp(n->seqs[i].name, name) == 0) {
+            old = n->seqs[i];
+            memset(&n->seqs[i], 0, sizeof(n->seqs[i]));
+        }
+    }
+    pthread_mutex_unlock(&n->lock);
+    if (old.mr != NULL) {
+        fab_mr_dereg(old.mr);
+        free(old.words);
+        flow__mem_charge(n, -64, 0);
+    }
+    snprintf(d.opts.sequencer, FAB_ADDR_MAX, "%s", addr);
+    d.version++;
+    fk_info("flows", "flow %s: sequencer session %u handed to %s", name, d.seq_session, addr);
+    return flow__publish(n, &d);
+}
+
 int flow_sequencer_probe(flow_node *n, const char *name, const char *addr, uint64_t timeout_ns,
                          uint32_t *session)
 {

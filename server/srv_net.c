@@ -584,6 +584,29 @@ static void close_source(flow_source *s, struct flow_msg_tx *tx)
     flow_source_close(s);
 }
 
+/* A node that stops while it hosts the sequencer hands it to its successor
+ * (seqctl_successor), which starts a new session at once: the clients wait
+ * a round, not the three refused probes the others would need. */
+static void hand_over_sequencer(struct srv_net *net)
+{
+    char addr[FAB_ADDR_MAX];
+    uint32_t session;
+    if (net->proto != CONS_PROTO_NOP || net->session == 0 ||
+        flow_sequencer_info(net->node, FKC_FLOW_OUM, addr, sizeof(addr), &session) < 0 ||
+        replica_at(net, addr) != net->id || session != net->session)
+        return;
+    uint8_t probes[CONS_REPLICAS_MAX] = {0};
+    for (uint32_t j = 0; j < net->n; j++)
+        if (j != net->id)
+            probes[j] = probe(net, j, 0, 0);
+    uint32_t to = seqctl_successor(&net->seqctl, probes);
+    if (to == SEQCTL_NONE)
+        return;
+    int rc = flow_sequencer_handoff(net->node, FKC_FLOW_OUM, net->cluster->nodes[to].address);
+    fk_info("net", "stopping: the sequencer (session %u) handed to replica %u%s%s", session, to,
+            rc < 0 ? ": " : "", rc < 0 ? fk_strerror(rc) : "");
+}
+
 void srv_net_close(struct srv_net *net)
 {
     if (net == NULL)
@@ -591,6 +614,7 @@ void srv_net_close(struct srv_net *net)
     if (net->connector) {
         __atomic_store_n(&net->stop, 1, __ATOMIC_RELEASE);
         pthread_join(net->connector, NULL);
+        hand_over_sequencer(net); /* the connector's state is this thread's now */
     }
     for (uint32_t j = 0; j < CONS_REPLICAS_MAX; j++) {
         struct peer *p = &net->peers[j];

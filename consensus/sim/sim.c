@@ -517,6 +517,8 @@ static void stop_gracefully(struct world *w, uint32_t i)
 {
     struct rep *r = &w->reps[i];
     struct cons_outbox *ob;
+    if (w->o->proto == SIM_NOP)
+        sim__nop_seq_handoff(w, i);
     if (r->core.ops->transfer == NULL || r->core.ops->transfer(r->core.impl, w->now, &ob) < 0)
         return;
     w->res->handovers += ob->nmsgs > 0;

@@ -175,6 +175,8 @@ void sim__nop_seq_init(struct world *w);
 /* Replica i's process started again (after crash), or ended. */
 void sim__nop_seq_boot(struct world *w, uint32_t i);
 void sim__nop_seq_crash(struct world *w, uint32_t i);
+/* Replica i stops gracefully: it hands the sequencer it hosts over. */
+void sim__nop_seq_handoff(struct world *w, uint32_t i);
 /* One round of every replica's failover decision (EV_SEQCTL). */
 void sim__nop_seq_round(struct world *w);
 /* The replica hosting the sequencer most replicas know of (faults aim at

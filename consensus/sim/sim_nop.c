@@ -145,6 +145,32 @@ static uint8_t probe(struct world *w, uint32_t i, uint32_t j)
     return sim__ufrac(w) < 3 * w->drop_p ? SEQCTL_SILENT : SEQCTL_ANSWERED;
 }
 
+/* A host stopped gracefully hands the sequencer to its successor (server/
+ * srv_net.c, hand_over_sequencer): its counter goes, and every node it
+ * reaches adopts the declaration naming the successor (the same session,
+ * a newer version). */
+void sim__nop_seq_handoff(struct world *w, uint32_t i)
+{
+    if (!w->seqs[i].live || w->decl_host[i] != i || w->decl_session[i] != w->seqs[i].session)
+        return;
+    uint8_t probes[CONS_REPLICAS_MAX] = {0};
+    for (uint32_t j = 0; j < w->n; j++)
+        if (j != i)
+            probes[j] = probe(w, i, j);
+    uint32_t to = seqctl_successor(&w->seqctl[i], probes);
+    if (to == SEQCTL_NONE)
+        return;
+    uint32_t session = w->seqs[i].session;
+    w->seqs[i].live = 0;
+    for (uint32_t j = 0; j < w->n; j++) {
+        if (reach(w, i, j) && session >= w->decl_session[j]) {
+            w->decl_host[j] = to;
+            w->decl_session[j] = session;
+        }
+    }
+    sim__say(w, 1, "replica %u hands the sequencer (session %u) to replica %u", i, session, to);
+}
+
 static void round_at(struct world *w, uint32_t i)
 {
     /* Seen: what the replica's ordered multicast delivered, and the

@@ -155,6 +155,14 @@ TEST(seqctl_a_named_host_without_its_sequencer_starts_one)
     r.session = 19;
     r.hosting = 1;
     CHECK_EQ_I64(seqctl_step(&s, &r).kind, SEQCTL_NOTHING);
+    /* Its session is obsolete (the group saw 20): it waits for the newer
+     * declaration three rounds, then starts one of its own above it. */
+    r.seen = 20;
+    CHECK_EQ_I64(seqctl_step(&s, &r).kind, SEQCTL_NOTHING);
+    CHECK_EQ_I64(seqctl_step(&s, &r).kind, SEQCTL_NOTHING);
+    a = seqctl_step(&s, &r);
+    CHECK_EQ_I64(a.kind, SEQCTL_TAKE_OVER);
+    CHECK_EQ_U64(a.session, 27);
 }
 
 TEST(seqctl_announcing_stops_when_another_hosts)
@@ -168,6 +176,18 @@ TEST(seqctl_announcing_stops_when_another_hosts)
     CHECK_EQ_I64(seqctl_step(&s, &other).kind, SEQCTL_NOTHING);
     struct seqctl_round all = round_of(2, 3, 0, 0);
     CHECK_EQ_I64(seqctl_step(&s, &all).kind, SEQCTL_NOTHING); /* no longer pending */
+}
+
+TEST(seqctl_a_stopping_host_hands_to_the_first_live_successor)
+{
+    struct seqctl s = make(5, 4, 0, 0); /* order 4, 3, 2, 1, 0 */
+    struct seqctl_round r = round_of(4, 5, 0, 1u << 3);
+    CHECK_EQ_U64(seqctl_successor(&s, r.probe), 2); /* 3 silent */
+    r = round_of(4, 5, 1u << 3 | 1u << 2, 1u << 1 | 1u << 0);
+    CHECK_EQ_U64(seqctl_successor(&s, r.probe), SEQCTL_NONE);
+    struct seqctl t = make(3, 0, 0, 0);
+    r = round_of(0, 5, 0, 0);
+    CHECK_EQ_U64(seqctl_successor(&t, r.probe), 2);
 }
 
 TEST(seqctl_init_refuses_bad_configs)
