@@ -158,10 +158,15 @@ run_protocol() {
 # from four processes and the 200 killed mid-request, both protocols, on
 # this layout (its refusal part runs on tcp only: FK_CLIENTS_REFUSAL);
 # each of its checks is one here. Paced for emulation: each of the 824
-# serving threads does a put and a get a second, 20 s a timeout.
+# serving threads does a put and a get every 6 s (about 270 operations a
+# second in all), 40 s a timeout. Under emulation a Multi-Paxos leader
+# serves a few hundred operations a second: at a put and a get a second
+# (1,650 offered) its queue grew until a request of a surviving handle
+# waited past 20 s (2026-11-27: 3 of 4 runs, the same on the commit of a
+# passing CI run), which says nothing about the 200 that died.
 clients_at_scale() {
     local rc
-    FK_CLIENTS_REFUSAL=0 KV_CLIENTS_PAUSE_MS=1000 KV_CLIENTS_TIMEOUT_MS=20000 \
+    FK_CLIENTS_REFUSAL=0 KV_CLIENTS_PAUSE_MS=6000 KV_CLIENTS_TIMEOUT_MS=40000 \
         timeout --kill-after=5 300 bash "$ROOT/tests/integration/test_clients.sh" >"$WORK/clients.out" 2>&1
     rc=$?
     t_replay "verbs: " "$WORK/clients.out"
