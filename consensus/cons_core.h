@@ -121,10 +121,10 @@ struct cons_core_ops {
      * takes now (nop_oum_intake); 0: any. NULL for Multi-Paxos. */
     uint64_t (*oum_intake)(const void *core, uint32_t *session);
     /* The driver is about to stop this replica (SIGTERM): a leader hands
-     * over at once (Multi-Paxos: mpx_transfer, Raft's TimeoutNow;
-     * NOPaxos: nop_transfer, the view change to the next leader); the
+     * over at once (Multi-Paxos: mpx_transfer, Raft's TimeoutNow); the
      * outbox carries what to send before stopping (seal it as a step's).
-     * 0 or a core error. */
+     * NULL for NOPaxos for now (nop_transfer exists; cons_core.c says why
+     * it is not wired). 0 or a core error. */
     int (*transfer)(void *core, uint64_t now, struct cons_outbox **out);
 };
 

@@ -111,8 +111,8 @@ done
 # run stops at the first failure.
 # seq-no-restart (the failover decision ignores a restarted host that runs
 # no sequencer, and an obsolete declaration) needs a host restarted while cut
-# off, or handed the sequencer over: the first is seed 23 (2300 before graceful
-# stops handed sequencers over in the simulator).
+# off, or handed the sequencer over: one seed in a few thousand (the first
+# is 3228).
 for bug in apply-uncommitted local-reads no-merge stale-votes stale-rows no-gap-agreement follower-exec \
     restore-no-recovery reply-unpersisted seq-no-restart; do
     seeds=1000
