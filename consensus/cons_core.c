@@ -216,6 +216,9 @@ static void nop_core_status(const void *core, struct cons_core_status *st)
                                     .last = ns.log_len,
                                     .dropped = ns.held_dropped,
                                     .stalls = ns.stalls,
+                                    .holds = ns.holds,
+                                    .gap_noops = ns.gap_noops,
+                                    .stateless = (uint8_t)ns.needs_state,
                                     .xfer = ns.xfer};
     st->leader = ns.leader;
     for (int i = 0; i < NOP_SYNC_KINDS; i++)
@@ -247,6 +250,11 @@ static uint64_t nop_core_intake(const void *core, uint32_t *session)
     return nop_oum_intake(core, session);
 }
 
+static int nop_core_transfer(void *core, uint64_t now, struct cons_outbox **out)
+{
+    return nop_transfer(core, now, out);
+}
+
 const struct cons_core_ops nop_core_ops = {
     .proto = CONS_PROTO_NOP,
     .name = "nopaxos",
@@ -263,11 +271,7 @@ const struct cons_core_ops nop_core_ops = {
     .invariants = nop_core_invariants,
     .seal = nop_core_seal,
     .oum_intake = nop_core_intake,
-    /* Not wired: with it, the simulator's graceful stops reached a NOPaxos
-     * liveness bug (followers behind the ring while the leader's state is
-     * held above its commit point) about once in 19,000 seeds; nop_transfer
-     * waits for that fix (its unit test runs it directly). */
-    .transfer = NULL,
+    .transfer = nop_core_transfer,
 };
 
 /* ---- picking and holding a core ------------------------------------------------ */

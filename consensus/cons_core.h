@@ -81,15 +81,19 @@ struct cons_core_config {
 
 /* A core's state in protocol-neutral terms. */
 struct cons_core_status {
-    uint8_t role;      /* enum cons_role */
-    uint64_t term;     /* Multi-Paxos: ballot promised; NOPaxos: leader_num << 32 | session */
-    uint32_t leader;   /* the replica believed to lead, UINT32_MAX if unknown */
-    uint64_t commit;   /* every entry <= commit is chosen (committed) here */
-    uint64_t applied;  /* every entry <= applied is applied (executed) here */
-    uint64_t last;     /* highest log entry held (NOPaxos: the log length) */
-    uint64_t dropped;  /* outbox messages dropped (full arena, held ring) */
-    uint64_t syncs[4]; /* NOPaxos leader: syncs sent by NOP_SYNC_KIND_* (nop.h); else 0 */
-    uint64_t stalls;   /* NOPaxos leader: times it stopped taking requests; else 0 */
+    uint8_t role;       /* enum cons_role */
+    uint64_t term;      /* Multi-Paxos: ballot promised; NOPaxos: leader_num << 32 | session */
+    uint32_t leader;    /* the replica believed to lead, UINT32_MAX if unknown */
+    uint64_t commit;    /* every entry <= commit is chosen (committed) here */
+    uint64_t applied;   /* every entry <= applied is applied (executed) here */
+    uint64_t last;      /* highest log entry held (NOPaxos: the log length) */
+    uint64_t dropped;   /* outbox messages dropped (full arena, held ring) */
+    uint64_t syncs[4];  /* NOPaxos leader: syncs sent by NOP_SYNC_KIND_* (nop.h); else 0 */
+    uint64_t stalls;    /* NOPaxos leader: times it stopped taking requests; else 0 */
+    uint64_t holds;     /* NOPaxos leader: serve holds for a state transfer (nop.c); else 0 */
+    uint64_t gap_noops; /* NOPaxos leader: slots gap agreement decided NO-OP; else 0 */
+    uint8_t stateless;  /* its machine waits for a state before it executes (NOPaxos: behind
+                         * its ring, in any status); a transfer in is in xfer.receiving */
     struct cons_xfer_stats xfer; /* state transfers (cons_xfer.h); zero where unused */
 };
 
@@ -121,10 +125,10 @@ struct cons_core_ops {
      * takes now (nop_oum_intake); 0: any. NULL for Multi-Paxos. */
     uint64_t (*oum_intake)(const void *core, uint32_t *session);
     /* The driver is about to stop this replica (SIGTERM): a leader hands
-     * over at once (Multi-Paxos: mpx_transfer, Raft's TimeoutNow); the
+     * over at once (Multi-Paxos: mpx_transfer, Raft's TimeoutNow;
+     * NOPaxos: nop_transfer, the view change to the next leader); the
      * outbox carries what to send before stopping (seal it as a step's).
-     * NULL for NOPaxos for now (nop_transfer exists; cons_core.c says why
-     * it is not wired). 0 or a core error. */
+     * 0 or a core error. */
     int (*transfer)(void *core, uint64_t now, struct cons_outbox **out);
 };
 

@@ -38,6 +38,24 @@ void cons_xfer_close_above(struct cons_xfer *x, uint64_t index)
     }
 }
 
+int cons_xfer_holds(const struct cons_xfer *x, uint64_t serve)
+{
+    for (uint32_t p = 0; p < x->cfg.n; p++) {
+        if (x->send[p].open && x->send[p].index > serve)
+            return 1;
+    }
+    return 0;
+}
+
+int cons_xfer_sends(const struct cons_xfer *x, uint64_t serve)
+{
+    for (uint32_t p = 0; p < x->cfg.n; p++) {
+        if (x->send[p].open && x->send[p].index <= serve)
+            return 1;
+    }
+    return 0;
+}
+
 void cons_xfer_close(struct cons_xfer *x)
 {
     for (uint32_t p = 0; p < x->cfg.n; p++)

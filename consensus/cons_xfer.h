@@ -135,6 +135,10 @@ int cons_xfer_on_msg(struct cons_xfer *x, uint8_t kind, uint32_t from, const uin
  * without waiting for the receiver to ask again (call when the bound
  * moved). */
 void cons_xfer_release(struct cons_xfer *x, uint64_t serve);
+/* Sender: 1 when a view is open above `serve` (held), resp. open within
+ * it (being sent). */
+int cons_xfer_holds(const struct cons_xfer *x, uint64_t serve);
+int cons_xfer_sends(const struct cons_xfer *x, uint64_t serve);
 /* Sender: closes the views whose index is above `index` (held views a
  * view change may have made wrong). */
 void cons_xfer_close_above(struct cons_xfer *x, uint64_t index);

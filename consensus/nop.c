@@ -309,6 +309,47 @@ static uint64_t serve_bound(const struct nop *r)
     return r->commit;
 }
 
+/* A leader serves a view once its index is committed, and its machine
+ * runs ahead of the commit point (speculative execution, section 5.2.1),
+ * so a view it opens is usually held until the commit point passes it.
+ * That can wait forever: followers whose machines are behind their rings
+ * (fetching a state) cannot log past their rings either, and when the
+ * leader's log is past theirs the commit point stops short of the held
+ * view, while nobody else has a state to serve (simulator seed
+ * 246867850701677). So a leader asked for a state while it holds a view
+ * rolls its machine back to the commit point (undo records, as for a new
+ * view's log) and executes only committed slots until a view within the
+ * commit point is being sent: the next request opens one (flowkv-server:
+ * once the rollback's write transaction committed). Then it executes its
+ * log again and answers those clients again (the same results: the same
+ * entries on the same state; clients drop answers they already have).
+ * The hold ends at a view change too, or after a sender switch without
+ * a request (the receiver went elsewhere). */
+static void hold_for_transfer(struct nop *r)
+{
+    if (!nop__is_leader(r) || r->status != NOP_NORMAL || nop__commit_only(r) ||
+        !cons_xfer_holds(&r->xfer, r->commit))
+        return;
+    cons_xfer_close_above(&r->xfer, r->commit);
+    r->holds += !r->serve_hold;
+    r->serve_hold = 1;
+    r->hold_since = r->now;
+    nop__rollback(r, r->commit);
+}
+
+static void end_hold(struct nop *r)
+{
+    if (!r->serve_hold)
+        return;
+    int leading = nop__is_leader(r) && r->status == NOP_NORMAL;
+    if (leading && !cons_xfer_sends(&r->xfer, r->commit) &&
+        r->now - r->hold_since < r->xfer.cfg.switch_ns)
+        return;
+    r->serve_hold = 0;
+    if (leading)
+        nop__execute_to(r, r->log_len, 1);
+}
+
 static void on_xfer(struct nop *r, const struct nop_msg *m)
 {
     uint64_t index;
@@ -318,6 +359,8 @@ static void on_xfer(struct nop *r, const struct nop_msg *m)
         r->poisoned = 1; /* storage: cons.h's failure rule */
     else if (rc == 1)
         took_state(r, index);
+    else if (m->body[0] == CONS_XFER_REQ)
+        hold_for_transfer(r);
 }
 
 int nop__fits(const struct nop *r, uint64_t slot)
@@ -398,7 +441,7 @@ void nop__execute_to(struct nop *r, uint64_t upto, int reply)
     FK_ASSERT(upto <= r->log_len);
     if (nop__needs_state(r))
         return;
-    if (nop__commit_only(r) && upto > r->commit)
+    if ((nop__commit_only(r) || r->serve_hold) && upto > r->commit)
         upto = r->commit; /* durable mode executes only what is committed (nop.h) */
     int follower = !nop__is_leader(r);
     FK_ASSERT(!(follower && reply));
@@ -519,11 +562,12 @@ int nop__maybe_compact(struct nop *r)
     return 1;
 }
 
-/* Durable mode: the leader executes (and answers) once the commit point
- * passed a slot, at the end of the step that moved it. */
+/* Durable mode (and a leader's serve hold): the leader executes (and
+ * answers) once the commit point passed a slot, at the end of the step
+ * that moved it. */
 static void execute_committed(struct nop *r)
 {
-    if (nop__commit_only(r) && r->status == NOP_NORMAL)
+    if ((nop__commit_only(r) || r->serve_hold) && r->status == NOP_NORMAL)
         nop__execute_to(r, r->commit, nop__is_leader(r));
 }
 
@@ -670,6 +714,7 @@ static int end_of_step(struct nop *r)
     nop__maybe_fetch(r);
     if (serve_bound(r) != CONS_XFER_SERVE_NONE)
         cons_xfer_release(&r->xfer, serve_bound(r));
+    end_hold(r);
     nop__persist(r);
     nop__hold(r);
     return r->poisoned ? FK_EPOISONED : 0;
@@ -818,7 +863,8 @@ void nop_invariants(const struct nop *r)
     FK_ASSERT(r->gap_slot == 0 || (nop__is_leader(r) && r->gap_slot == r->log_len));
     FK_ASSERT(r->find_slot == 0 || (!nop__is_leader(r) && r->find_slot == r->log_len + 1));
     if (nop__is_leader(r) && !nop__commit_only(r))
-        FK_ASSERT(r->executed == r->log_len || nop__needs_state(r));
+        FK_ASSERT(r->executed == r->log_len || nop__needs_state(r) ||
+                  (r->serve_hold && r->executed == r->commit));
     for (uint64_t i = r->snap + 1; i <= r->log_len; i++)
         FK_ASSERT(nop__ent(r, i)->kind == NOP_ENT_REQ || nop__ent(r, i)->kind == NOP_ENT_NOOP);
     /* The newest executed entries still hold what was executed (the whole
@@ -843,6 +889,9 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->held_dropped = r->held_dropped;
     memcpy(st->syncs, r->syncs, sizeof st->syncs);
     st->stalls = r->stalls;
+    st->holds = r->holds;
+    st->gap_noops = r->gap_noops;
+    st->needs_state = nop__needs_state(r);
     st->resets = r->resets;
     st->undone = r->undone;
     st->xfer = cons_xfer_stats(&r->xfer);

@@ -76,7 +76,11 @@
  *    counts toward commits); it executes nothing until the state is in. A
  *    sender serves a view of its machine once the view's index is
  *    committed (a leader holds a view it took ahead of its commit point,
- *    and closes those views when it undoes). A follower behind the
+ *    and closes those views when it undoes); a leader asked for a state
+ *    while it holds one rolls back to its commit point and executes only
+ *    committed slots until it sends a view (nop.c, hold_for_transfer):
+ *    followers fetching a state may not be able to log what would commit
+ *    the held view. A follower behind the
  *    leader's snap is confirmed by the hashes of the committed history and
  *    gets entries the ring still holds; one behind those gets entries from
  *    the history (so a replica whose transfer took seconds under load
@@ -216,6 +220,9 @@ struct nop_stat {
     uint64_t held_dropped;          /* durable mode: messages dropped, the held ring full */
     uint64_t syncs[NOP_SYNC_KINDS]; /* leader: syncs sent, by NOP_SYNC_KIND_* */
     uint64_t stalls;                /* leader: times it stopped taking requests (ring 3/4 full) */
+    uint64_t holds;                 /* leader: serve holds for a state transfer (nop.c) */
+    uint64_t gap_noops;             /* leader: slots gap agreement decided NO-OP (5.2.2) */
+    int needs_state;                /* the machine is behind the ring: waits for a state */
     uint64_t resets;                /* machines emptied: executed entries left the log, no undo */
     uint64_t undone;                /* rollbacks of speculative execution by undo records */
     struct cons_xfer_stats xfer;

@@ -76,6 +76,7 @@ void nop__on_gap_commit_rep(struct nop *r, const struct nop_msg *m)
         return;
     r->gap_acks |= 1ull << m->from;
     if ((uint32_t)__builtin_popcountll(r->gap_acks) >= r->f) {
+        r->gap_noops += r->gap_slot - r->gap_lo + 1;
         r->gap_slot = 0;
         nop__drain(r);
     }

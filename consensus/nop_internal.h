@@ -178,6 +178,7 @@ struct nop {
     /* Gap agreement: the leader's pending NO-OPs (gap_lo..gap_slot, one
      * slot except in durable mode), a follower's missing slot. */
     uint64_t gap_slot, gap_lo, gap_acks, gap_sent;
+    uint64_t gap_noops; /* slots decided NO-OP by completed agreements (nop_stat) */
     uint64_t find_slot, find_sent;
 
     /* Leader: each follower's synced prefix; sync timer. Synchronization
@@ -200,6 +201,12 @@ struct nop {
     uint64_t syncs[NOP_SYNC_KINDS], stalls;
     uint64_t oum_overflows; /* OUM messages past the buffer, taken as dropped (on_oum) */
     int stalled;
+    /* Serve hold (nop.c, hold_for_transfer): a leader asked for a state
+     * while its machine was ahead of its commit point rolled back to it
+     * and executes only committed slots until it sends a view, or until
+     * hold_since is a sender switch old. */
+    int serve_hold;
+    uint64_t hold_since, holds;
     uint64_t next_sync;
 
     /* View change and recovery. */

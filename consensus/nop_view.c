@@ -39,6 +39,7 @@ void nop__start_view_change(struct nop *r, struct nop_view v)
     /* Views held for a transfer until their index commits (cons_xfer.h):
      * what this replica executed past its commit point may now go. */
     cons_xfer_close_above(&r->xfer, r->commit);
+    r->serve_hold = 0;
     r->view = v;
     r->status = NOP_VIEWCHANGE;
     r->vc_since = r->now;

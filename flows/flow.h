@@ -231,7 +231,8 @@ struct flow_item {
 
 /* Returns the next tuple: 0 with item filled; FK_EEND when every declared
  * source has closed and no joined source remains; FK_EGAP (ordered flow:
- * item->seq never arrived within gap_timeout_ns); FK_ESESSION (ordered flow:
+ * item->seq never arrived within gap_timeout_ns; tests make gaps with the
+ * sources' FLOWKV_FLOW_DROP_ORDERED knob, flows/README.md); FK_ESESSION (ordered flow:
  * a new sequencer session began, item->session); FK_ETIMEDOUT. Waits up to
  * timeout_ns (0 = poll). Combiner targets return FK_EINVAL (use
  * flow_combiner_result). Owner thread only (FK_EWRONG_THREAD). */

@@ -306,6 +306,11 @@ struct flow_source {
     uint64_t seq_since; /* when it was posted */
     uint32_t session;
     struct flow__mcast *mc;
+    /* Fault knob (tests): FLOWKV_FLOW_DROP_ORDERED=p leaves out each
+     * sequenced segment at each target with probability p, as a lossy
+     * network would drop an ordered multicast message (replicate_seal). */
+    double drop_p;
+    uint64_t drop_rng;
 };
 
 /* ---- flow_node.c ---- */

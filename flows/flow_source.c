@@ -491,6 +491,17 @@ static int push_one(flow_source *s, int k, const void *tuple)
     return 0;
 }
 
+/* The fault knob's draw (xorshift64; drop_rng is odd). */
+static int drop_draw(flow_source *s)
+{
+    uint64_t x = s->drop_rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s->drop_rng = x;
+    return (double)(x >> 11) / (double)(1ull << 53) < s->drop_p;
+}
+
 /* Seals the current replicate segment at every live target, stamped with
  * one global sequence number when the flow is ordered. */
 static int replicate_seal(flow_source *s, uint64_t flags)
@@ -519,6 +530,10 @@ static int replicate_seal(flow_source *s, uint64_t flags)
         struct flow__starget *st = &s->t[k];
         if (st->state != 1)
             continue;
+        if (s->drop_p > 0 && !(flags & FOOT_END) && drop_draw(s)) {
+            st->fill = 0; /* the fault knob: this target never sees those numbers */
+            continue;
+        }
         uint8_t *stage = st->stages + (st->sent % st->nseg) * s->geom.seg_stride;
         int r = send_segment(s, (int)k, stage, st->fill, seq, flags);
         st->fill = 0;
@@ -949,6 +964,13 @@ int flow_source_open_ring(flow_node *n, const char *name, int index, uint32_t se
     s->timeout_ns = timeout_ns ? timeout_ns : FLOW_BLOCK_TIMEOUT_NS;
     s->session = s->desc.seq_session;
     s->want_segs = segments;
+    const char *drop = s->desc.opts.ordered ? getenv("FLOWKV_FLOW_DROP_ORDERED") : NULL;
+    if (drop != NULL && *drop != '\0') {
+        s->drop_p = strtod(drop, NULL);
+        s->drop_rng = (fk_now_ns() ^ (uint64_t)(uintptr_t)s) | 1;
+        fk_warn("flows", "%s: fault knob: ordered segments dropped with probability %g", name,
+                s->drop_p);
+    }
     rc = source_init(s);
     if (rc < 0) {
         source_free(s);

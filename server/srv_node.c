@@ -72,8 +72,8 @@ struct srv_node {
     struct srv_http *http;
     struct fk_metrics metrics;
     struct fk_metric *m_req[CONS_OP__COUNT], *m_views, *m_gaps, *m_dropped, *m_malformed;
-    struct fk_metric *m_peer[4];            /* peer messages: replicate out, in; shuffle out, in */
-    struct fk_metric *m_sync[4], *m_stalls; /* NOPaxos leader (cons_core_status) */
+    struct fk_metric *m_peer[4]; /* peer messages: replicate out, in; shuffle out, in */
+    struct fk_metric *m_sync[4], *m_stalls, *m_gap_noops, *m_holds; /* NOPaxos leader */
     /* State transfers (cons_xfer.h): in and out, bytes and chunks. */
     struct fk_metric *m_xfer[4];
     struct srv__fab_metric {
@@ -310,6 +310,8 @@ static void observe_net(struct srv_node *n)
     for (int i = 0; i < 4; i++)
         fk_metric_set(n->m_sync[i], cs.syncs[i]);
     fk_metric_set(n->m_stalls, cs.stalls);
+    fk_metric_set(n->m_gap_noops, cs.gap_noops);
+    fk_metric_set(n->m_holds, cs.holds);
     observe_xfer(n, &cs.xfer);
 }
 
@@ -673,6 +675,12 @@ static void metrics_init(struct srv_node *n)
     n->m_stalls = fk_metrics_counter(
         r, "flowkv_nop_ring_stalls_total", "",
         "NOPaxos leader: times it stopped taking requests half a ring past its checkpoint");
+    n->m_gap_noops = fk_metrics_counter(
+        r, "flowkv_nop_gap_noops_total", "",
+        "NOPaxos leader: slots the ordered multicast dropped, agreed as NO-OPs (gap agreement)");
+    n->m_holds = fk_metrics_counter(
+        r, "flowkv_nop_serve_holds_total", "",
+        "NOPaxos leader: times it rolled back to its commit point to serve a state transfer");
     static const char *const peer_labels[4] = {
         "flow=\"replicate\",dir=\"out\"", "flow=\"replicate\",dir=\"in\"",
         "flow=\"shuffle\",dir=\"out\"", "flow=\"shuffle\",dir=\"in\""};

@@ -491,9 +491,14 @@ static void crash(struct world *w, uint32_t i)
 }
 
 /* Replicas without a whole copy of the data: down, recovering, or still
- * fetching a state (cons_xfer.h; a replica that lost its disk has its log
- * back once it recovered, but its data only once the transfer is in). A
- * crash is scheduled only while fewer than f are. */
+ * waiting for a state (cons_xfer.h; a replica that lost its disk has its
+ * log back once it recovered, but its data only once the transfer is in,
+ * and a NOPaxos replica behind its ring waits in any status, a view
+ * change included, where no transfer runs). A crash is scheduled only
+ * while fewer than f are: a replica whose disk dies while the only other
+ * copy of the data is still on its way took f + 1 copies (durable seed
+ * 124855577584248: two empty restarts, the second while the first had
+ * its log but not yet a state). */
 static uint32_t down_count(struct world *w)
 {
     uint32_t d = 0;
@@ -503,7 +508,7 @@ static uint32_t down_count(struct world *w)
             continue;
         }
         struct cons_core_status st = status_of(w, i);
-        d += st.role == CONS_ROLE_RECOVERING || st.xfer.receiving;
+        d += st.role == CONS_ROLE_RECOVERING || st.xfer.receiving || st.stateless;
     }
     return d;
 }

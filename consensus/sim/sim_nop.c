@@ -214,7 +214,8 @@ void sim__nop_seq_round(struct world *w)
 
 /* Stamps the next number of sequencer q (at replica host) and multicasts
  * msg with it; per replica the OUM delivers in stamp order, each message
- * either intact or as a drop notification (a loss). */
+ * either intact or as a drop notification (a loss, or a replica the
+ * host's network does not reach: its target reports the gap). */
 static void oum_multicast(struct world *w, uint32_t host, struct sim_seq *q, const uint8_t *msg,
                           int len)
 {
@@ -226,16 +227,9 @@ static void oum_multicast(struct world *w, uint32_t host, struct sim_seq *q, con
     for (uint32_t i = 0; i < w->n; i++) {
         if (!w->reps[i].up)
             continue;
-        /* Partitions cut replicas from replicas, and probes (the failover
-         * decision), but not the sequencer's multicast, as before the
-         * sequencer had a host here: with the multicast cut too, followers
-         * fell behind the ring together while the leader's state was held
-         * above its commit point, and the group stalled (a NOPaxos
-         * liveness bug the fresh seeds found: nop 7087870393583 under
-         * that model; to fix in the core, then cut the multicast again). */
-        int lost = sim__ufrac(w) < w->drop_p;
+        int cut = sim__cut(w, host, i), lost = cut || sim__ufrac(w) < w->drop_p;
         w->res->oum_drops += (uint64_t)lost;
-        if (q->session > w->seq_seen[i])
+        if (!cut && q->session > w->seq_seen[i])
             w->seq_seen[i] = q->session; /* a drop notification carries it too */
         uint64_t t = w->now + sim__urange(w, 50000, w->delay_max);
         if (t <= w->oum_last[i])

@@ -47,7 +47,9 @@ struct group {
      * the next one). followers_first: the OUM reaches the followers before
      * the leader. */
     int lag, followers_first;
-    int full_syncs; /* SYNC messages (entries, not hashes) the leader sent */
+    int full_syncs;       /* SYNC messages (entries, not hashes) the leader sent */
+    int chunks;           /* state transfer CHUNKs the leader sent */
+    uint64_t chunk_index; /* the index of the state the last one carried */
     uint32_t nlate;
     struct qmsg late[64], held[64];
     uint32_t nheld;
@@ -92,9 +94,14 @@ static int on_route(struct cfx *fx, uint32_t from, const struct cons_out_msg *m)
     struct group *g = (struct group *)fx;
     struct cons_wire_hdr h;
     struct cons_rbuf body;
-    if (from == 0 && cons_wire_open(m->buf, m->len, CONS_PROTO_NOP, NOP__TYPES, &h, &body) == 0 &&
-        h.type == NOP_SYNC)
-        g->full_syncs++;
+    if (from == 0 && cons_wire_open(m->buf, m->len, CONS_PROTO_NOP, NOP__TYPES, &h, &body) == 0) {
+        g->full_syncs += h.type == NOP_SYNC;
+        if (h.type == NOP_XFER && cons_r_u8(&body) == CONS_XFER_CHUNK) {
+            (void)cons_r_u64(&body); /* nonce */
+            g->chunk_index = cons_r_u64(&body);
+            g->chunks++;
+        }
+    }
     struct qmsg *q = NULL;
     if (g->lag && from != 0 && m->to.id == 0) {
         CHECK(g->nlate < 64);
@@ -566,6 +573,76 @@ TEST(follower_behind_the_ring_gets_entries_from_the_history)
     nop_status(R(&g, 2), &st2);
     CHECK_EQ_U64(st2.xfer.started, 0);
     CHECK_MSG(g.replies - replies < 40 - 16, "%d replies", g.replies - replies);
+    stop(&g);
+}
+
+/* Replica 2 asks the leader for a state (a transfer REQ: u8 kind, u64
+ * nonce, u64 min_index, u32 next, u8 again; cons_xfer.h). */
+static void ask_leader_for_state(struct group *g)
+{
+    uint8_t buf[64];
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, sizeof buf);
+    cons_wire_begin(&w, CONS_PROTO_NOP, NOP_XFER, 2, 0);
+    cons_w_u8(&w, CONS_XFER_REQ);
+    cons_w_u64(&w, 77);
+    cons_w_u64(&w, 0);
+    cons_w_u32(&w, 0);
+    cons_w_u8(&w, 0);
+    int len = cons_wire_finish(&w);
+    CHECK(len > 0);
+    cfx_send(&g->fx, 2, 0, buf, (size_t)len);
+}
+
+/* A leader asked for a state while its machine is ahead of its commit
+ * point (speculative execution) rolls back to the commit point and
+ * executes only committed slots until it sends a view: held instead
+ * until the commit point passed it, the view could wait forever when the
+ * followers fetching a state cannot log what would commit it (simulator
+ * seed 7087870393583). Once sending, it executes its log again and
+ * answers those clients again, with the same results. */
+TEST(leader_asked_for_a_state_ahead_of_its_commit_point_rolls_back_and_serves)
+{
+    static struct group g;
+    start(&g);
+    multicast_put(&g, 1);
+    multicast_put(&g, 2);
+    ticks(&g, 5);
+    struct nop_stat st;
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.commit, 2);
+    g.fx.down = 1u << 1 | 1u << 2; /* nothing more commits */
+    for (int i = 3; i <= 6; i++)
+        multicast_put(&g, i);
+    CHECK_EQ_I64(g.results, 6);
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.executed, 6);
+    CHECK_EQ_U64(st.commit, 2);
+
+    ask_leader_for_state(&g); /* its view (index 6) would be held: roll back */
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.executed, 2);
+    CHECK_EQ_U64(st.holds, 1);
+    CHECK_EQ_I64(g.chunks, 0);
+    multicast_put(&g, 7); /* logged, not executed: not committed */
+    CHECK_EQ_I64(g.results, 6);
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.executed, 2);
+    CHECK_EQ_U64(st.log_len, 7);
+
+    ask_leader_for_state(&g); /* again: a view at the commit point, sent */
+    CHECK(g.chunks >= 1);
+    CHECK_EQ_U64(g.chunk_index, 2);
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.executed, 7);   /* executing its log again */
+    CHECK_EQ_I64(g.results, 6 + 5); /* 3..6 again, and 7 */
+
+    g.fx.down = 0;
+    ticks(&g, 20);
+    nop_status(R(&g, 0), &st);
+    CHECK_EQ_U64(st.commit, 7);
+    CHECK_EQ_U64(st.holds, 1);
+    CHECK(cfx_same_pairs(&g.fx, 0, 1));
     stop(&g);
 }
 
