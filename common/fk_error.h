@@ -52,7 +52,8 @@
     X(FK_EUNKEPT, 28, "reply not kept (a read logged without being executed)")                     \
     X(FK_EKEYSIZE, 29, "key over the size limit of 511 bytes")                                     \
     X(FK_EVALSIZE, 30, "value over the size limit of 1048576 bytes")                               \
-    X(FK_EQUOTA, 31, "quota exceeded")
+    X(FK_EQUOTA, 31, "quota exceeded")                                                             \
+    X(FK_ENOTSUP, 32, "not supported")
 
 enum fk_err {
 #define FK__ERR_ENUM(name, off, msg) name = FK_ERR_BASE - (off),
@@ -61,7 +62,7 @@ enum fk_err {
 };
 
 /* The lowest code in use; every FK_E* code is in [FK_ERR_LAST, FK_ERR_BASE]. */
-#define FK_ERR_LAST FK_EQUOTA
+#define FK_ERR_LAST FK_ENOTSUP
 _Static_assert(FK_ERR_LAST > FK_ERR_BASE - 100, "flowkv error range overflows its 100 codes");
 
 /* Returns a human-readable message for err: an FK_E* code, a negated errno,

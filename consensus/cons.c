@@ -430,7 +430,7 @@ static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t 
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply)
 {
-    FK_ASSERT(op->type != CONS_OP_NOOP && op->client_id != 0);
+    FK_ASSERT(op->type != CONS_OP_NOOP && op->type != CONS_OP_CONFIG && op->client_id != 0);
     struct cons_ctab_row *row;
     enum ctab_verdict v = ctab_judge(t, op, &row);
     if (v == CTAB_OLD)
@@ -467,6 +467,47 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
                   ++t->ops);
     rc = ctab_write_through(sm, t, op->client_id);
     return rc < 0 ? rc : 0;
+}
+
+int cons_apply_core(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
+                    int32_t status, struct cons_reply *reply)
+{
+    FK_ASSERT(op->type == CONS_OP_CONFIG && op->client_id != 0 && status <= 0);
+    struct cons_ctab_row *row;
+    enum ctab_verdict v = ctab_judge(t, op, &row);
+    if (v == CTAB_OLD)
+        return 2;
+    reply->client_id = op->client_id;
+    reply->req_no = op->req_no;
+    reply->len = 0;
+    if (v == CTAB_DUP) {
+        reply->status = row->status != FK_EUNKEPT ? row->status : FK_EEXPIRED;
+        return 1;
+    }
+    if (v == CTAB_EXPIRED) {
+        reply->status = FK_EEXPIRED;
+        return 0;
+    }
+    reply->status = status;
+    cons_ctab_put(t, op->client_id, op->req_no, status, ++t->ops);
+    int rc = ctab_write_through(sm, t, op->client_id);
+    return rc < 0 ? rc : 0;
+}
+
+void cons_config_put(const struct cons_config *c, uint8_t *buf)
+{
+    memcpy(buf, &c->epoch, 4);
+    memcpy(buf + 4, &c->members, 8);
+}
+
+int cons_config_get(const struct cons_op *op, struct cons_config *c)
+{
+    if (op->type != CONS_OP_CONFIG || op->key_len != 0 || op->val_len != CONS_CONFIG_BYTES)
+        return FK_EMALFORMED;
+    const uint8_t *v = cons_op_val(op);
+    memcpy(&c->epoch, v, 4);
+    memcpy(&c->members, v + 4, 8);
+    return 0;
 }
 
 int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op)

@@ -71,8 +71,32 @@ enum cons_op_type {
     CONS_OP_DEL = 3,  /* reply: 0, or FK_ENOTFOUND */
     CONS_OP_CAS = 4,  /* val := new if current == exp; reply 0, FK_ECASFAIL, FK_ENOTFOUND */
     CONS_OP_SCAN = 5, /* up to scan_limit pairs from key (scan_flags), below exp if any */
+    /* A change of the replica set (Multi-Paxos, mpx.h "Reconfiguration"):
+     * the value is struct cons_config's CONS_CONFIG_BYTES, no key; the
+     * core carries it out (cons_apply_core), never the state machine.
+     * reply: 0; FK_EAGAIN, refused by the leader before the log (a change
+     * under way, a new member not caught up yet): the same request number
+     * may be sent again, with the same or other members; FK_EBUSY, refused
+     * where the log applied it (another change came first: not the
+     * current epoch); FK_EINVAL (an empty set or an id outside the
+     * cluster); FK_ENOTSUP (a protocol without reconfiguration). */
+    CONS_OP_CONFIG = 6,
     CONS_OP__COUNT
 };
+
+/* A configuration: the replicas that vote (a mask over ids 0..n-1; the
+ * others are learners) from the epoch on. On the wire (CONS_OP_CONFIG's
+ * value): u32 epoch, u64 members. */
+struct cons_config {
+    uint32_t epoch;
+    uint64_t members;
+};
+#define CONS_CONFIG_BYTES 12
+struct cons_op;
+/* Encodes c into buf[CONS_CONFIG_BYTES]; decodes an op's value (FK_EMALFORMED
+ * when it is not CONS_CONFIG_BYTES long). */
+void cons_config_put(const struct cons_config *c, uint8_t *buf);
+int cons_config_get(const struct cons_op *op, struct cons_config *c);
 
 /* SCAN flags. A scan returns, in key order, up to scan_limit pairs whose
  * key is >= key (> key with CONS_SCAN_AFTER) and, when exp_len > 0, < exp
@@ -511,6 +535,15 @@ int cons_ctab_check(struct cons_ctab *t, const uint8_t *buf, size_t len);
  * result is 0 or 1. Negative: the sm failed. */
 int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
                     struct cons_reply *reply);
+
+/* As cons_apply_once for an operation the core carries out itself
+ * (CONS_OP_CONFIG): the machine is not consulted, `status` is the outcome
+ * the core decided, kept in the client table as a write's. Returns 0 for
+ * a new request (the core acts on it when status is 0), 1 for a
+ * duplicate answered with its kept outcome, 2 for an older one, as
+ * cons_apply_once; reply is filled for 0 and 1. */
+int cons_apply_core(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op,
+                    int32_t status, struct cons_reply *reply);
 
 /* Whether op only reads (a get or a scan): applying it changes nothing. */
 static inline int cons_op_reads(const struct cons_op *op)

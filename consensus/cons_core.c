@@ -53,6 +53,7 @@ static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .big_bytes = cfg->big_bytes,
         .arena_bytes = cfg->arena_bytes,
         .tick_ns = cfg->tick_ns,
+        .members = cfg->members,
         .heartbeat_ns = cfg->heartbeat_ns,
         .election_ns = cfg->election_ns,
         .seed = cfg->seed,
@@ -103,6 +104,7 @@ static void mpx_core_status(const void *core, struct cons_core_status *st)
                                     .applied = ms.applied,
                                     .last = ms.last,
                                     .dropped = ms.dropped,
+                                    .conf = ms.conf,
                                     .xfer = ms.xfer};
 }
 
@@ -112,9 +114,10 @@ static int mpx_core_describe(const void *core, char *buf, size_t cap)
     mpx_status(core, &ms);
     return snprintf(buf, cap,
                     "role %u ballot %" PRIu64 " leader %u commit %" PRIu64 " applied %" PRIu64
-                    " snap %" PRIu64 " last %" PRIu64 " dropped %" PRIu64,
+                    " snap %" PRIu64 " last %" PRIu64 " dropped %" PRIu64
+                    " epoch %u members %#" PRIx64 " since %" PRIu64,
                     ms.role, ms.promised, ms.leader, ms.commit, ms.applied, ms.snap_index, ms.last,
-                    ms.dropped);
+                    ms.dropped, ms.conf.epoch, ms.conf.members, ms.conf_slot);
 }
 
 static int mpx_core_hash(const void *core, uint64_t index, uint64_t *hash)
@@ -221,6 +224,7 @@ static void nop_core_status(const void *core, struct cons_core_status *st)
                                     .stateless = (uint8_t)ns.needs_state,
                                     .xfer = ns.xfer};
     st->leader = ns.leader;
+    st->conf.members = (1ull << ns.n) - 1;
     for (int i = 0; i < NOP_SYNC_KINDS; i++)
         st->syncs[i] = ns.syncs[i];
 }

@@ -60,6 +60,7 @@ struct cons_core_config {
     /* Multi-Paxos only */
     uint32_t window, batch_max, pending_max;
     uint64_t tick_ns;
+    uint64_t members; /* epoch 0's members (mpx.h, "Reconfiguration"); 0 = all n */
     /* NOPaxos only: 1 = durable mode (nop.h, "Persistence") */
     uint32_t durable;
 };
@@ -81,19 +82,21 @@ struct cons_core_config {
 
 /* A core's state in protocol-neutral terms. */
 struct cons_core_status {
-    uint8_t role;       /* enum cons_role */
-    uint64_t term;      /* Multi-Paxos: ballot promised; NOPaxos: leader_num << 32 | session */
-    uint32_t leader;    /* the replica believed to lead, UINT32_MAX if unknown */
-    uint64_t commit;    /* every entry <= commit is chosen (committed) here */
-    uint64_t applied;   /* every entry <= applied is applied (executed) here */
-    uint64_t last;      /* highest log entry held (NOPaxos: the log length) */
-    uint64_t dropped;   /* outbox messages dropped (full arena, held ring) */
-    uint64_t syncs[4];  /* NOPaxos leader: syncs sent by NOP_SYNC_KIND_* (nop.h); else 0 */
-    uint64_t stalls;    /* NOPaxos leader: times it stopped taking requests; else 0 */
-    uint64_t holds;     /* NOPaxos leader: serve holds for a state transfer (nop.c); else 0 */
-    uint64_t gap_noops; /* NOPaxos leader: slots gap agreement decided NO-OP; else 0 */
-    uint8_t stateless;  /* its machine waits for a state before it executes (NOPaxos: behind
-                         * its ring, in any status); a transfer in is in xfer.receiving */
+    uint8_t role;            /* enum cons_role */
+    uint64_t term;           /* Multi-Paxos: ballot promised; NOPaxos: leader_num << 32 | session */
+    uint32_t leader;         /* the replica believed to lead, UINT32_MAX if unknown */
+    uint64_t commit;         /* every entry <= commit is chosen (committed) here */
+    uint64_t applied;        /* every entry <= applied is applied (executed) here */
+    uint64_t last;           /* highest log entry held (NOPaxos: the log length) */
+    uint64_t dropped;        /* outbox messages dropped (full arena, held ring) */
+    uint64_t syncs[4];       /* NOPaxos leader: syncs sent by NOP_SYNC_KIND_* (nop.h); else 0 */
+    uint64_t stalls;         /* NOPaxos leader: times it stopped taking requests; else 0 */
+    uint64_t holds;          /* NOPaxos leader: serve holds for a state transfer (nop.c); else 0 */
+    uint64_t gap_noops;      /* NOPaxos leader: slots gap agreement decided NO-OP; else 0 */
+    struct cons_config conf; /* Multi-Paxos: the configuration in force (mpx.h); NOPaxos:
+                              * epoch 0, all n */
+    uint8_t stateless;       /* its machine waits for a state before it executes (NOPaxos: behind
+                              * its ring, in any status); a transfer in is in xfer.receiving */
     struct cons_xfer_stats xfer; /* state transfers (cons_xfer.h); zero where unused */
 };
 

@@ -157,6 +157,9 @@ static int op_shape_ok(const struct cons_wire_op *h)
         return h->client_id && h->key_len > 0 && h->exp_len == 0;
     case CONS_OP_CAS:
         return h->client_id && h->key_len > 0;
+    case CONS_OP_CONFIG:
+        return h->client_id && h->key_len == 0 && h->val_len == CONS_CONFIG_BYTES &&
+               h->exp_len == 0;
     case CONS_OP_SCAN:
         return h->client_id && h->val_len == 0 && h->exp_len <= CONS_KEY_MAX &&
                h->scan_limit >= 1 && h->scan_limit <= CONS_SCAN_MAX &&

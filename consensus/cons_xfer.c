@@ -89,6 +89,7 @@ static int restart(struct cons_xfer *x, uint32_t from, uint64_t now)
     x->index = 0;
     x->next = 0;
     x->gap = 0;
+    x->desc_len = 0;
     x->progress_ns = now;
     ask(x, 1, now);
     return 0;
@@ -111,6 +112,12 @@ struct cons_xfer_stats cons_xfer_stats(const struct cons_xfer *x)
     for (uint32_t p = 0; p < x->cfg.n; p++)
         st.sending += x->send[p].open;
     return st;
+}
+
+const uint8_t *cons_xfer_desc(const struct cons_xfer *x, size_t *len)
+{
+    *len = x->desc_len;
+    return x->desc;
 }
 
 void cons_xfer_stop(struct cons_xfer *x)
@@ -141,9 +148,12 @@ static int on_chunk(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uin
     uint64_t nonce = cons_r_u64(r), idx = cons_r_u64(r);
     uint32_t seq = cons_r_u32(r);
     uint8_t last = cons_r_u8(r);
+    uint8_t dlen = cons_r_u8(r);
+    const uint8_t *desc = cons_r_bytes(r, dlen);
     uint32_t len = cons_r_u32(r);
     const uint8_t *bytes = cons_r_bytes(r, len);
-    if (cons_r_done(r) < 0 || !x->active || from != x->from || nonce != x->nonce)
+    if (cons_r_done(r) < 0 || dlen > CONS_XFER_DESC_MAX || !x->active || from != x->from ||
+        nonce != x->nonce)
         return 0;
     if (seq != x->next) {
         /* A gap (a chunk lost or overtaken): ask again from `next`, at most
@@ -162,6 +172,9 @@ static int on_chunk(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uin
     if (seq > 0 && idx != x->index)
         return 0;
     x->index = idx;
+    x->desc_len = dlen;
+    if (dlen)
+        memcpy(x->desc, desc, dlen);
     int rc = x->sm.ops->install_chunk(x->sm.impl, bytes, len);
     if (rc == FK_EMALFORMED || rc == FK_EFULL) {
         /* Bad bytes from this sender, or a state this machine cannot hold:
@@ -230,6 +243,8 @@ static int send_chunk(struct cons_xfer *x, uint32_t to, uint32_t seq)
     cons_w_u32(&w, seq);
     size_t last_at = w.len;
     cons_w_u8(&w, 0);
+    cons_w_u8(&w, s->desc_len);
+    cons_w_bytes(&w, s->desc, s->desc_len);
     size_t len_at = w.len;
     cons_w_u32(&w, 0);
     if (w.err || w.cap - w.len < CONS_SNAP_RECORD_MAX)
@@ -282,11 +297,13 @@ static void on_req(struct cons_xfer *x, uint32_t from, struct cons_rbuf *r, uint
             return;
         }
         s->open = 1;
-        if (index < min_index) {
+        int dlen = x->io.describe ? x->io.describe(x->io.ctx, index, s->desc) : 0;
+        if (index < min_index || dlen < 0 || dlen > CONS_XFER_DESC_MAX) {
             send_close(x, from);
             say_no(x, from, nonce, index);
             return;
         }
+        s->desc_len = (uint8_t)dlen;
         s->nonce = nonce;
         s->index = index;
         s->base = s->sent = s->end = 0;

@@ -12,7 +12,8 @@
  *         "I hold every chunk below `next`; send up to `window` from it";
  *         again = 1 resends from `next` (a chunk was lost).
  *   CHUNK sender -> receiver: u64 nonce, u64 index, u32 seq, u8 last,
- *         u32 len, the chunk's records.
+ *         u8 dlen, the view's descriptor (dlen bytes), u32 len, the
+ *         chunk's records.
  *   NO    sender -> receiver: u64 nonce, u64 index: it cannot serve that
  *         transfer (its state is older than min_index, it does not know
  *         the nonce, or it cannot open a view).
@@ -45,11 +46,19 @@
 enum cons_xfer_kind { CONS_XFER_REQ = 1, CONS_XFER_CHUNK = 2, CONS_XFER_NO = 3 };
 
 /* The core's side: messages in its envelope. begin starts a message of
- * `kind` in w (in the core's outbox arena), send queues it to replica to. */
+ * `kind` in w (in the core's outbox arena), send queues it to replica to.
+ * describe (optional) writes what the core knows of the state at `index`
+ * that the machine does not hold (Multi-Paxos: the configuration in force
+ * there, mpx.h "Reconfiguration") into buf[CONS_XFER_DESC_MAX] and
+ * returns its length, or < 0 when it cannot say (a view older than that
+ * knowledge): the view is refused (NO). The receiver gets it with the
+ * state (cons_xfer_desc). */
+#define CONS_XFER_DESC_MAX 32
 struct cons_xfer_io {
     void *ctx;
     void (*begin)(void *ctx, struct cons_wbuf *w, uint8_t kind);
     void (*send)(void *ctx, struct cons_wbuf *w, uint32_t to);
+    int (*describe)(void *ctx, uint64_t index, uint8_t *buf);
 };
 
 struct cons_xfer_config {
@@ -71,6 +80,7 @@ struct cons_xfer_stats {
 
 struct cons_xfer_send {
     uint8_t open;
+    uint8_t desc_len, desc[CONS_XFER_DESC_MAX]; /* io.describe's, at open */
     uint64_t nonce, index, last_ns;
     uint32_t base, sent,
         end; /* cursor[0] is chunk `base`'s; chunks < sent went; end: last + 1, 0 unknown */
@@ -89,6 +99,7 @@ struct cons_xfer {
     uint64_t nonce, min_index, index, next_nonce;
     uint32_t next;
     uint8_t gap; /* a chunk past `next` came: ask again once `next` is in */
+    uint8_t desc_len, desc[CONS_XFER_DESC_MAX]; /* the sender's descriptor of the view */
     uint64_t progress_ns, asked_ns;
     /* Sender: one view per receiver. */
     struct cons_xfer_send send[CONS_REPLICAS_MAX];
@@ -107,6 +118,9 @@ void cons_xfer_close(struct cons_xfer *x);
  * from replica `from`; any staged install is discarded. Storage errors
  * from install_begin are returned (the core stops). */
 int cons_xfer_start(struct cons_xfer *x, uint32_t from, uint64_t min_index, uint64_t now);
+/* Receiver: the descriptor (cons_xfer_io.describe) of the state the last
+ * completed transfer installed; *len 0: none. */
+const uint8_t *cons_xfer_desc(const struct cons_xfer *x, size_t *len);
 /* Receiver: gives up the transfer in progress (the install is aborted). */
 void cons_xfer_stop(struct cons_xfer *x);
 static inline int cons_xfer_active(const struct cons_xfer *x)

@@ -34,7 +34,10 @@ static size_t big_default(const struct mpx_config *c)
 
 static int config_ok(const struct mpx_config *c)
 {
-    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && c->n % 2 == 1 && c->id < c->n &&
+    /* Epoch 0's members: all n (odd), or some of them (mpx.h,
+     * "Reconfiguration": the others are learners). */
+    int members_ok = c->members == 0 ? c->n % 2 == 1 : (c->members >> c->n) == 0;
+    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && members_ok && c->id < c->n &&
            c->log_cap >= 8 && c->log_cap <= CONS_LOG_CAP_MAX &&
            (c->log_cap & (c->log_cap - 1)) == 0 && c->window >= 1 && c->window <= c->log_cap / 4 &&
            c->batch_max >= 1 && c->batch_max <= CONS_BATCH_MAX && c->pending_max >= 1 &&
@@ -111,6 +114,43 @@ static void xfer_send(void *ctx, struct cons_wbuf *w, uint32_t to)
     mpx__send(ctx, w, cons_replica(to));
 }
 
+/* The configuration in force at a view's index (mpx.h,
+ * "Reconfiguration"), which the machine does not hold: this replica's, if
+ * it came into force at or before the index (a view of flowkv-server's
+ * machine may be older than what the core applied). */
+static int xfer_describe(void *ctx, uint64_t index, uint8_t *buf)
+{
+    struct mpx *r = ctx;
+    if (index < r->conf_slot)
+        return -1;
+    struct cons_wbuf w;
+    cons_wbuf_init(&w, buf, CONS_XFER_DESC_MAX);
+    mpx__put_conf(r, &w);
+    FK_ASSERT(!w.err);
+    return (int)w.len;
+}
+
+void mpx__adopt_desc(struct mpx *r)
+{
+    size_t len;
+    const uint8_t *d = cons_xfer_desc(&r->xfer, &len);
+    if (len != MPX_CONF_BYTES)
+        return;
+    struct cons_rbuf rd;
+    cons_rbuf_init(&rd, d, len);
+    struct cons_config c;
+    c.epoch = cons_r_u32(&rd);
+    c.members = cons_r_u64(&rd);
+    uint64_t slot = cons_r_u64(&rd), prev = cons_r_u64(&rd);
+    if (rd.err || c.members == 0 || (c.members >> r->cfg.n) != 0 || (prev >> r->cfg.n) != 0 ||
+        slot > r->applied || c.epoch == r->conf.epoch)
+        return;
+    mpx__set_conf(r, &c, slot, prev);
+    mpx__persist_meta(r);
+    if (r->role != MPX_RECOVERING)
+        mpx__conf_changed(r); /* a transfer begun as a follower may end in a leader */
+}
+
 static int xfer_init(struct mpx *r)
 {
     const struct mpx_config *c = &r->cfg;
@@ -120,7 +160,8 @@ static int xfer_init(struct mpx *r)
                                   .window = c->xfer_window,
                                   .retry_ns = 2 * c->heartbeat_ns,
                                   .switch_ns = 2 * c->election_ns};
-    struct cons_xfer_io io = {.ctx = r, .begin = xfer_begin, .send = xfer_send};
+    struct cons_xfer_io io = {
+        .ctx = r, .begin = xfer_begin, .send = xfer_send, .describe = xfer_describe};
     return cons_xfer_init(&r->xfer, &xc, r->sm, io, c->seed * 31 + c->id);
 }
 
@@ -135,7 +176,9 @@ struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err
         return NULL;
     r->cfg = *cfg;
     r->sm = sm;
-    r->f = cfg->n / 2;
+    struct cons_config c0 = {.epoch = 0,
+                             .members = cfg->members ? cfg->members : (1ull << cfg->n) - 1};
+    mpx__set_conf(r, &c0, 0, 0);
     r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;
     r->leader = UINT32_MAX;
     if ((*err = alloc_all(r)) < 0 || (*err = xfer_init(r)) < 0) {
@@ -286,7 +329,17 @@ void mpx__persist_meta(struct mpx *r)
     cons_w_u32(&w, r->cfg.id);
     cons_w_u64(&w, r->promised);
     mpx__put_cv(r, &w); /* known[id] is this incarnation's generation */
+    mpx__put_conf(r, &w);
     persist_commit(r, p, &w);
+}
+
+void mpx__set_conf(struct mpx *r, const struct cons_config *c, uint64_t slot, uint64_t prev)
+{
+    FK_ASSERT(c->members != 0 && (c->members >> r->cfg.n) == 0 && (prev >> r->cfg.n) == 0);
+    r->conf = *c;
+    r->conf_slot = slot;
+    r->prev_members = prev;
+    r->quorum = (uint32_t)__builtin_popcountll(c->members) / 2 + 1;
 }
 
 void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s)
@@ -372,12 +425,56 @@ static void maybe_compact(struct mpx *r)
 
 /* ---- applying ------------------------------------------------------------ */
 
+/* The outcome of the change at `slot` (mpx.h, "Reconfiguration"), the
+ * same on every replica: the same log applied from the same
+ * configurations. *next: the configuration it starts. */
+static int32_t change_outcome(const struct mpx *r, const struct cons_op *op, uint64_t slot,
+                              struct cons_config *next)
+{
+    struct cons_config c;
+    if (cons_config_get(op, &c) < 0 || c.members == 0 || (c.members >> r->cfg.n) != 0)
+        return FK_EINVAL;
+    if (c.epoch != r->conf.epoch)
+        return FK_EBUSY; /* another change came first */
+    if (c.epoch >= MPX_EPOCH_MAX)
+        return FK_EINVAL; /* the epochs a ballot holds are spent (README, Limits) */
+    next->epoch = c.epoch + 1;
+    next->members = c.members;
+    return 0;
+}
+
+/* Applies slot s's change; 1 when it changed the configuration. */
+static int apply_change(struct mpx *r, const struct mpx_slot *s)
+{
+    struct cons_config next = r->conf;
+    uint64_t slot = r->applied + 1;
+    int32_t st = change_outcome(r, &s->ops[0], slot, &next);
+    int rc = cons_apply_core(&r->sm, &r->ctab, &s->ops[0], st, &r->reply);
+    if (rc < 0) {
+        r->poisoned = 1;
+        return 0;
+    }
+    if (rc <= 1 && r->role == MPX_LEADER)
+        mpx__reply(r, s->ops[0].client_id, &r->reply);
+    if (rc != 0 || r->reply.status != 0 || next.epoch == r->conf.epoch)
+        return 0;
+    mpx__set_conf(r, &next, slot, r->conf.members);
+    mpx__persist_meta(r);
+    return 1;
+}
+
 void mpx__apply_committed(struct mpx *r)
 {
     uint64_t from = r->applied;
+    int changed = 0;
     while (r->applied < r->commit && !r->poisoned) {
         const struct mpx_slot *s = mpx__cslot(r, r->applied + 1);
         FK_ASSERT(s && s->chosen);
+        if (mpx__is_change(s)) {
+            changed |= apply_change(r, s);
+            r->applied++;
+            continue;
+        }
         for (uint8_t k = 0; k < s->nops; k++) {
             if (s->ops[k].type == CONS_OP_NOOP)
                 continue;
@@ -390,7 +487,11 @@ void mpx__apply_committed(struct mpx *r)
              * replica cost Multi-Paxos a third of its YCSB-B throughput at
              * a million 64-byte records (0.67 of its peak at 5,000 keys;
              * NOPaxos 0.96), B-tree descents that miss the cache. */
-            int rc = r->role != MPX_LEADER && cons_op_reads(&s->ops[k])
+            /* A change travels alone in its slot (propose); one in a batch
+             * is refused, as it would be by every replica. */
+            int rc = s->ops[k].type == CONS_OP_CONFIG
+                         ? cons_apply_core(&r->sm, &r->ctab, &s->ops[k], FK_EINVAL, &r->reply)
+                     : r->role != MPX_LEADER && cons_op_reads(&s->ops[k])
                          ? cons_log_read(&r->sm, &r->ctab, &s->ops[k])
                          : cons_apply_once(&r->sm, &r->ctab, &s->ops[k], &r->reply);
             if (rc < 0) {
@@ -408,6 +509,10 @@ void mpx__apply_committed(struct mpx *r)
         r->poisoned = 1;
         return;
     }
+    if (r->stop_at && r->stop_at <= r->applied)
+        r->stop_at = 0; /* applied, whatever its outcome: the stop sign is passed */
+    if (changed)
+        mpx__conf_changed(r);
     /* Caught up through the log meanwhile: a state fetched now would be
      * older than this one (it is staged, never installed, cons.h). */
     if (cons_xfer_active(&r->xfer) && r->role != MPX_RECOVERING && r->applied >= r->xfer.min_index)
@@ -424,13 +529,24 @@ int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len)
     uint32_t magic = cons_r_u32(&rd), n = cons_r_u32(&rd), id = cons_r_u32(&rd);
     uint64_t promised = cons_r_u64(&rd);
     uint64_t known[CONS_REPLICAS_MAX] = {0};
+    struct cons_config conf = r->conf;
+    uint64_t conf_slot = r->conf_slot, conf_prev = r->prev_members;
     /* A META written before crash vectors existed ends here: generation 0
-     * everywhere, which is what such a group ran with. */
+     * everywhere, which is what such a group ran with; one written before
+     * reconfiguration ends after them: epoch 0, the configured members. */
     if (!rd.err && rd.off < rd.len) {
         uint32_t ncv = cons_r_u8(&rd);
         for (uint32_t p = 0; p < ncv && p < CONS_REPLICAS_MAX; p++)
             known[p] = cons_r_u64(&rd);
         if (ncv != n)
+            return FK_EMALFORMED;
+    }
+    if (!rd.err && rd.off < rd.len) {
+        conf.epoch = cons_r_u32(&rd);
+        conf.members = cons_r_u64(&rd);
+        conf_slot = cons_r_u64(&rd);
+        conf_prev = cons_r_u64(&rd);
+        if (conf.members == 0 || (conf.members >> r->cfg.n) != 0 || (conf_prev >> r->cfg.n) != 0)
             return FK_EMALFORMED;
     }
     if (r->started)
@@ -440,6 +556,7 @@ int mpx_restore_meta(struct mpx *r, const uint8_t *buf, size_t len)
     r->promised = r->max_seen = promised;
     memcpy(r->known, known, sizeof known);
     r->gen = known[id];
+    mpx__set_conf(r, &conf, conf_slot, conf_prev);
     r->meta_seen = 1;
     return 0;
 }
@@ -604,12 +721,26 @@ void mpx_invariants(const struct mpx *r)
     /* The crash vector's own entry is this incarnation's generation; a
      * replica that has recovered never proposes at another's ballot. */
     FK_ASSERT(r->role == MPX_RECOVERING || r->known[r->cfg.id] == r->gen);
+    /* Reconfiguration (mpx.h): a configuration is in force from its change
+     * on; a leader is a member and proposes nothing past a change. */
+    FK_ASSERT(r->conf.members != 0 && (r->conf.members >> r->cfg.n) == 0 &&
+              r->quorum == (uint32_t)__builtin_popcountll(r->conf.members) / 2 + 1);
+    FK_ASSERT(r->conf_slot <= r->applied || r->role == MPX_RECOVERING);
     if (r->role == MPX_LEADER) {
         FK_ASSERT((r->promised >> 8 & MPX_GEN_MASK) == (r->gen & MPX_GEN_MASK));
         FK_ASSERT(r->promised % 256 == r->cfg.id && r->leader == r->cfg.id);
         FK_ASSERT(r->next_index > r->commit && r->next_index <= r->snap_index + r->cfg.log_cap + 1);
+        FK_ASSERT(mpx__member(r, r->cfg.id) && mpx__ballot_epoch(r->promised) == r->conf.epoch);
+        if (r->stop_at) {
+            const struct mpx_slot *s = mpx__cslot(r, r->stop_at);
+            FK_ASSERT(r->stop_at > r->commit && r->next_index == r->stop_at + 1 && s &&
+                      mpx__is_change(s));
+        }
     } else {
-        FK_ASSERT(r->pend_n == 0);
+        /* A leader that a change kept a member runs phase 1 again with
+         * its queue (mpx__conf_changed). */
+        FK_ASSERT(r->pend_n == 0 || r->role == MPX_CANDIDATE);
+        FK_ASSERT(r->stop_at == 0);
     }
     for (uint64_t i = r->snap_index + 1; i <= r->commit; i++) {
         const struct mpx_slot *s = mpx__cslot(r, i);
@@ -649,6 +780,8 @@ void mpx_status(const struct mpx *r, struct mpx_status *st)
     st->snap_index = r->snap_index;
     st->last = r->last;
     st->dropped = r->ob.dropped;
+    st->conf = r->conf;
+    st->conf_slot = r->conf_slot;
     st->xfer = cons_xfer_stats(&r->xfer);
 }
 

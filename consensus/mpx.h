@@ -61,6 +61,48 @@
  *    argument intact though a disk was lost. Ballots carry the owner's
  *    generation, so no two incarnations ever propose at one ballot.
  *
+ * Reconfiguration (the replica set changes at run time): the cluster's
+ * replicas are ids 0..n-1; a configuration (cons_config) says which of
+ * them vote, the members, from an epoch on; the others are learners, which
+ * follow the leader, log, apply and serve catch-up and state like any
+ * follower but never start an election and whose votes are not counted
+ * (etcd's learners; a replica added to a cluster runs as one until it
+ * caught up). A change is a CONS_OP_CONFIG request naming the current
+ * epoch and the new members, committed through the log like any write
+ * (Lamport, Malkhi and Zhou, "Stoppable Paxos", 2008, and VR Revisited's
+ * epochs, Liskov and Cowling 2012, section 7):
+ *  - The leader takes it only when no other change is in its log, when
+ *    the epoch is the current one and every new member acknowledged
+ *    entries near its commit point (caught up through the log or the
+ *    streamed state transfer); else FK_EBUSY. It proposes it alone in its
+ *    slot i and then nothing after it: i is a stop sign. The members of
+ *    the current epoch decide every slot up to i; the new members every
+ *    slot after it, and only once i is applied.
+ *  - A new leader's phase 1 keeps that true (Stoppable Paxos' rule): with
+ *    a change at i in its merged suffix, an entry after i at a higher
+ *    ballot proves the change was not chosen (its proposer's phase 1 would
+ *    have found it and stopped there), so i becomes a NO-OP; otherwise no
+ *    entry after i can have been chosen (the change's proposer would have
+ *    found it in its phase 1 and placed the change after it), and the
+ *    suffix ends at i.
+ *  - Applying i (every replica, at the same slot) moves to the new epoch
+ *    and members and answers the client. A leader that stays a member
+ *    runs phase 1 again at once among the new members (they may have
+ *    promised nothing to it); one that is no longer a member asks the most
+ *    advanced new member to start it (TIMEOUT_NOW) and follows. Quorums
+ *    are majorities of the members, every vote counted only from a member
+ *    of the counter's configuration. The configuration in force is part
+ *    of the state at an index, as in Raft's snapshots (Ongaro's thesis,
+ *    section 5.1): it is in META with the machine's mark, and a transfer
+ *    carries the one in force at its view (cons_xfer_io.describe), so a
+ *    replica always knows the configuration at the slot it applied; a
+ *    sender whose configuration is newer than a view refuses it.
+ *  - A replica that lost its disk recovers from the members of the newest
+ *    configuration its answers report, as many of them (others than
+ *    itself) as meet every majority of those members
+ *    (mpx_recover.c): they have applied that configuration's change, so
+ *    every slot of an older epoch is chosen and in the state they give.
+ *
  * Thread safety: a handle belongs to one thread.
  */
 #ifndef MPX_H
@@ -80,11 +122,15 @@ enum mpx_bug {
     MPX_BUG_NO_MERGE = 1u << 2,          /* phase 1 ignores values in promises */
     MPX_BUG_STALE_VOTES = 1u << 3,       /* votes of an incarnation that lost its disk count */
     MPX_BUG_STALE_ROWS = 1u << 4,        /* a transferred state's client rows are not loaded */
+    /* a replica promises and accepts a newer epoch's ballots before it
+     * applied the change that started the epoch (as plain Paxos would) */
+    MPX_BUG_CONFIG_NO_WAIT = 1u << 5,
 };
 
 struct mpx_config {
-    uint32_t n;           /* replicas, odd, 3..CONS_REPLICAS_MAX */
+    uint32_t n;           /* replicas, odd, 3..CONS_REPLICAS_MAX, members or learners */
     uint32_t id;          /* this replica, 0..n-1 */
+    uint64_t members;     /* epoch 0's members, a mask of ids < n (0: all n) */
     uint32_t log_cap;     /* in-memory log slots, power of two, 8..CONS_LOG_CAP_MAX */
     uint32_t window;      /* unchosen slots in flight, 1..log_cap/4 */
     uint32_t batch_max;   /* ops per slot, 1..CONS_BATCH_MAX */
@@ -123,8 +169,10 @@ struct mpx_status {
     uint64_t commit;   /* every slot <= commit is chosen here */
     uint64_t applied;  /* every slot <= applied is applied here */
     uint64_t snap_index;
-    uint64_t last;    /* highest slot holding an entry */
-    uint64_t dropped; /* outbox messages dropped (full) */
+    uint64_t last;           /* highest slot holding an entry */
+    uint64_t dropped;        /* outbox messages dropped (full) */
+    struct cons_config conf; /* the configuration in force here */
+    uint64_t conf_slot;      /* the slot whose change started it (0: epoch 0) */
     struct cons_xfer_stats xfer;
 };
 

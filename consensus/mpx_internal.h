@@ -28,8 +28,8 @@ enum mpx_type {
     MPX_CATCHUP = 12,       /* u64 commit, entries (all chosen) */
     MPX_XFER = 13,          /* u8 kind, a state transfer message (cons_xfer.h) */
     MPX_RECOVER = 14,       /* u64 nonce, u64 gen (0: "what is my generation?") */
-    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, u64 applied, entries */
-    MPX_RECOVER_GEN = 16,   /* u64 nonce, u64 the asker's generation as known here */
+    MPX_RECOVER_REPLY = 15, /* u64 nonce, u64 promised, crash vector, u64 applied, conf, entries */
+    MPX_RECOVER_GEN = 16,   /* u64 nonce, u64 the asker's generation as known here, conf */
     MPX_COMPACTED = 17,     /* u64 snap_index: the entries asked for are compacted here */
     MPX_TIMEOUT_NOW = 18,   /* term = the leader's ballot; u64 0: "start phase 1 now" */
     MPX__TYPES
@@ -51,8 +51,22 @@ enum mpx_type {
 #define MPX_HELD_MAX 256
 _Static_assert(MPX_ACK_IDX_MAX <= 255, "ack count fits a byte of headroom");
 
-/* The bits of a generation inside a ballot (mpx_paxos.c next_ballot). */
-#define MPX_GEN_MASK 0xffffffull
+/* A ballot (mpx_paxos.c next_ballot): epoch << 48 | round << 24 |
+ * generation << 8 | owner id, compared as a number, so that every ballot
+ * of a newer configuration (mpx.h, "Reconfiguration") is above every
+ * ballot of an older one. */
+#define MPX_GEN_MASK  0xffffull
+#define MPX_ROUND_MAX 0xffffffu
+#define MPX_EPOCH_MAX 0xffffu
+static inline uint32_t mpx__ballot_epoch(uint64_t b)
+{
+    return (uint32_t)(b >> 48);
+}
+
+/* A configuration on the wire ("conf" above): u32 epoch, u64 members,
+ * u64 the slot of the change that started it, u64 the members before it
+ * (mpx__put_conf). */
+#define MPX_CONF_BYTES 28
 
 /* A crash vector on the wire: u8 n, then n u64 generations. */
 #define MPX_CV_BYTES(n) (1 + 8 * (size_t)(n))
@@ -73,6 +87,8 @@ struct mpx_msg {
     uint32_t hint; /* REPLY */
     uint32_t ncv;  /* PROMISE, ACCEPTED, RECOVER_REPLY: the sender's crash vector */
     const uint8_t *cv;
+    struct cons_config conf; /* RECOVER_GEN, RECOVER_REPLY: the sender's */
+    uint64_t conf_slot, conf_prev;
 };
 
 /* One log slot. The ring holds index i at slots[i & (log_cap - 1)]. */
@@ -100,7 +116,17 @@ struct mpx {
     struct mpx_config cfg;
     struct cons_sm sm;
     struct cons_ctab ctab;
-    uint32_t f;
+    /* Reconfiguration (mpx.h): the configuration in force, the slot of the
+     * change that started it and its quorum (a majority of its members);
+     * stop_at, the slot of a change in the log past the commit point (0:
+     * none), past which a leader proposes nothing; leader: the highest
+     * slot each replica acknowledged (a new member must be near the
+     * commit point). */
+    struct cons_config conf;
+    uint64_t conf_slot, stop_at;
+    uint64_t prev_members; /* the members before the change at conf_slot (0: epoch 0) */
+    uint32_t quorum;
+    uint64_t progress[CONS_REPLICAS_MAX];
     uint8_t role, started, poisoned;
     uint64_t rng;
 
@@ -143,9 +169,12 @@ struct mpx {
     uint64_t rec_cv[CONS_REPLICAS_MAX];    /* phase 2: the responders' vectors, merged */
     uint64_t rec_their[CONS_REPLICAS_MAX]; /* phase 2: each responder's own generation */
     uint64_t rec_promised;
-    uint64_t rec_index; /* phase 2: the most advanced responder's applied index */
-    uint32_t rec_best;  /* ... and that responder: phase 3 fetches the state from it */
-    uint8_t rec_fetch;  /* phase 3: the state transfer runs */
+    uint64_t rec_index;          /* phase 2: the most advanced responder's applied index */
+    uint32_t rec_best;           /* ... and that responder: phase 3 fetches the state from it */
+    uint8_t rec_fetch;           /* phase 3: the state transfer runs */
+    struct cons_config rec_conf; /* the newest configuration the answers report */
+    uint64_t rec_conf_slot, rec_conf_prev;
+    uint32_t rec_epoch[CONS_REPLICAS_MAX]; /* each answerer's epoch, as it reported */
 
     /* State transfer, both ways (cons_xfer.h). */
     struct cons_xfer xfer;
@@ -177,6 +206,8 @@ void mpx__begin(struct mpx *r, struct cons_wbuf *w, uint8_t type, uint64_t term)
 /* Finishes and queues it to `to` (dropped when it does not fit). */
 void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to);
 void mpx__send_simple(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1);
+/* Writes this replica's configuration (MPX_CONF_BYTES). */
+void mpx__put_conf(const struct mpx *r, struct cons_wbuf *w);
 /* Writes this replica's crash vector (known[0..n)). */
 void mpx__put_cv(const struct mpx *r, struct cons_wbuf *w);
 /* Reads generation p of a validated crash vector. */
@@ -186,6 +217,26 @@ void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_
 void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
 
 /* mpx.c helpers used by mpx_msg.c / mpx_recover.c */
+/* After a transfer installed a state: the configuration in force there,
+ * from the sender's descriptor of the view (mpx.c). */
+void mpx__adopt_desc(struct mpx *r);
+/* Puts configuration c, started by the change at slot from members
+ * prev, in force. */
+void mpx__set_conf(struct mpx *r, const struct cons_config *c, uint64_t slot, uint64_t prev);
+static inline int mpx__member(const struct mpx *r, uint32_t p)
+{
+    return (int)(r->conf.members >> p & 1);
+}
+/* Whether the replicas in `votes` include a majority of the members. */
+static inline int mpx__quorate(const struct mpx *r, uint64_t votes)
+{
+    return (uint32_t)__builtin_popcountll(votes & r->conf.members) >= r->quorum;
+}
+/* Whether slot s holds a configuration change (alone in it: propose). */
+static inline int mpx__is_change(const struct mpx_slot *s)
+{
+    return s->nops == 1 && s->ops[0].type == CONS_OP_CONFIG;
+}
 struct mpx_slot *mpx__slot(struct mpx *r, uint64_t index);
 const struct mpx_slot *mpx__cslot(const struct mpx *r, uint64_t index);
 void mpx__persist_entry(struct mpx *r, const struct mpx_slot *s);
@@ -211,6 +262,8 @@ uint64_t mpx__rand(struct mpx *r);
 /* mpx_paxos.c */
 /* The leader hands over (mpx_transfer). */
 void mpx__transfer(struct mpx *r);
+/* After the slot just applied changed the configuration (mpx.h). */
+void mpx__conf_changed(struct mpx *r);
 void mpx__dispatch(struct mpx *r, const struct mpx_msg *m, const struct cons_op *op,
                    const struct cons_input *in);
 void mpx__tick(struct mpx *r);

@@ -53,6 +53,20 @@ static int take_cv(struct cons_rbuf *r, struct mpx_msg *m)
     return m->cv && m->ncv >= 1 && m->ncv <= CONS_REPLICAS_MAX ? 0 : FK_EMALFORMED;
 }
 
+/* Reads a configuration (MPX_CONF_BYTES): some member, none outside the
+ * ids a cluster may have. */
+static int take_conf(struct cons_rbuf *r, struct mpx_msg *m)
+{
+    m->conf.epoch = cons_r_u32(r);
+    m->conf.members = cons_r_u64(r);
+    m->conf_slot = cons_r_u64(r);
+    m->conf_prev = cons_r_u64(r);
+    return !r->err && m->conf_prev >> CONS_REPLICAS_MAX == 0 && m->conf.members != 0 &&
+                   m->conf.members >> CONS_REPLICAS_MAX == 0
+               ? 0
+               : FK_EMALFORMED;
+}
+
 static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *op,
                        struct cons_reply *rep, const uint8_t **data, uint32_t max_batch)
 {
@@ -68,17 +82,20 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
         m->u1 = cons_r_u8(r);
         return m->u1 > 1 ? FK_EMALFORMED : 0;
     case MPX_PREVOTE:
-    case MPX_PREPARE:
     case MPX_COMMIT:
+    case MPX_PREPARE:
     case MPX_CATCHUP_REQ:
     case MPX_TIMEOUT_NOW:
         m->u1 = cons_r_u64(r);
         return 0;
     case MPX_RECOVER:
-    case MPX_RECOVER_GEN:
         m->u1 = cons_r_u64(r);
         m->u2 = cons_r_u64(r);
         return 0;
+    case MPX_RECOVER_GEN:
+        m->u1 = cons_r_u64(r);
+        m->u2 = cons_r_u64(r);
+        return take_conf(r, m);
     case MPX_NACK:
         return 0;
     case MPX_PROMISE:
@@ -115,6 +132,8 @@ static int decode_body(struct cons_rbuf *r, struct mpx_msg *m, struct cons_op *o
         if (take_cv(r, m) < 0)
             return FK_EMALFORMED;
         m->u3 = cons_r_u64(r);
+        if (take_conf(r, m) < 0)
+            return FK_EMALFORMED;
         return take_entries(r, m, max_batch);
     default:
         return FK_EMALFORMED;
@@ -187,6 +206,14 @@ void mpx__send(struct mpx *r, struct cons_wbuf *w, struct cons_addr to)
         return;
     }
     cons_outbox_msg(&r->ob, to, w->p, (uint32_t)len);
+}
+
+void mpx__put_conf(const struct mpx *r, struct cons_wbuf *w)
+{
+    cons_w_u32(w, r->conf.epoch);
+    cons_w_u64(w, r->conf.members);
+    cons_w_u64(w, r->conf_slot);
+    cons_w_u64(w, r->prev_members);
 }
 
 void mpx__put_cv(const struct mpx *r, struct cons_wbuf *w)

@@ -9,11 +9,6 @@
 #include "fk_assert.h"
 #include <string.h>
 
-static uint32_t popcount(uint64_t x)
-{
-    return (uint32_t)__builtin_popcountll(x);
-}
-
 static uint32_t ballot_owner(uint64_t b)
 {
     return (uint32_t)(b & 0xff);
@@ -33,6 +28,7 @@ void mpx__become_follower(struct mpx *r)
             r->slots[k].acks = 0;
     }
     r->role = MPX_FOLLOWER;
+    r->stop_at = 0;
     for (; r->pend_n > 0; r->pend_n--) {
         cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
         r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
@@ -63,6 +59,7 @@ void mpx__hold(struct mpx *r, uint8_t type, uint32_t to, uint64_t ballot, uint64
 static void count_ack(struct mpx *r, uint32_t from, uint64_t ballot, uint64_t index);
 static void count_promise(struct mpx *r, uint32_t from);
 static void advance_commit(struct mpx *r);
+static int queue_noop(struct mpx *r);
 
 static void release_one(struct mpx *r, const struct mpx_held *h, uint64_t *idx, uint32_t *n)
 {
@@ -193,18 +190,39 @@ int mpx__entry_into(struct mpx *r, struct cons_rbuf *rd, struct mpx_slot *s)
 
 /* ---- elections: pre-vote, phase 1 --------------------------------------- */
 
-/* Ballots are (round << 32 | generation << 8 | id): the generation makes
- * a ballot unique to one incarnation of its owner, so a replica that lost
- * its disk never reuses a ballot its earlier self may have sent PREPAREs
- * or ACCEPTs for (two proposers at one ballot would break Paxos' P2a). */
+/* Ballots are (epoch << 48 | round << 24 | generation << 8 | id,
+ * mpx_internal.h): the epoch is the configuration's (mpx.h), the
+ * generation makes a ballot unique to one incarnation of its owner, so a
+ * replica that lost its disk never reuses a ballot its earlier self may
+ * have sent PREPAREs or ACCEPTs for (two proposers at one ballot would
+ * break Paxos' P2a). 0 when there is none to take: a newer epoch's ballot
+ * was seen (this replica has not applied the change yet), or the rounds of
+ * this epoch are spent (README, Limits). */
 static uint64_t next_ballot(const struct mpx *r)
 {
     uint64_t top = r->promised > r->max_seen ? r->promised : r->max_seen;
-    return ((top >> 32) + 1) << 32 | (r->gen & MPX_GEN_MASK) << 8 | r->cfg.id;
+    uint32_t e = r->conf.epoch, round = 1;
+    if (mpx__ballot_epoch(top) > e)
+        return 0;
+    if (mpx__ballot_epoch(top) == e)
+        round = (uint32_t)(top >> 24 & MPX_ROUND_MAX) + 1;
+    if (round > MPX_ROUND_MAX)
+        return 0;
+    return (uint64_t)e << 48 | (uint64_t)round << 24 | (r->gen & MPX_GEN_MASK) << 8 | r->cfg.id;
 }
 
+/* Only a member starts an election (a learner follows, mpx.h). */
 static void start_prevote(struct mpx *r)
 {
+    if (!mpx__member(r, r->cfg.id) || next_ballot(r) == 0) {
+        /* A newer epoch's ballot was seen: the change that started it is
+         * chosen, and this replica lacks it; any replica that applied it
+         * serves it (catch-up), so ask them all. */
+        if (mpx__member(r, r->cfg.id))
+            mpx__send_simple(r, cons_peers(), MPX_CATCHUP_REQ, 0, r->commit + 1);
+        mpx__reset_election(r);
+        return;
+    }
     r->prevote_ballot = next_ballot(r);
     r->votes = 1ull << r->cfg.id;
     mpx__send_simple(r, cons_peers(), MPX_PREVOTE, r->prevote_ballot, r->commit);
@@ -213,9 +231,14 @@ static void start_prevote(struct mpx *r)
 
 static void start_phase1(struct mpx *r)
 {
-    FK_ASSERT(r->role == MPX_FOLLOWER);
+    FK_ASSERT(r->role == MPX_FOLLOWER && mpx__member(r, r->cfg.id));
+    uint64_t b = next_ballot(r);
+    if (b == 0) {
+        mpx__reset_election(r);
+        return;
+    }
     r->role = MPX_CANDIDATE;
-    r->promised = next_ballot(r);
+    r->promised = b;
     r->leader = UINT32_MAX;
     r->promises = 0;
     r->prevote_ballot = 0;
@@ -239,14 +262,34 @@ static void on_prevote_ok(struct mpx *r, const struct mpx_msg *m)
     if (r->role != MPX_FOLLOWER || !r->prevote_ballot || m->term != r->prevote_ballot || !m->u1)
         return;
     r->votes |= 1ull << m->from;
-    if (popcount(r->votes) >= r->f + 1)
+    if (mpx__quorate(r, r->votes) && mpx__member(r, r->cfg.id)) /* a change may have removed it */
         start_phase1(r);
 }
 
 /* PREPARE(b, from): promise if b is the highest ballot seen; the promise
  * (with every accepted entry from `from` on) leaves once durable. */
+/* A ballot of a newer epoch than this replica's (mpx.h, "Reconfiguration")
+ * comes from a replica that applied the change that started it: this one
+ * promises and accepts nothing at it before it applied that change too
+ * (catch-up from the sender, at most once a heartbeat). So a replica that
+ * promised a newer epoch's ballot knows the change is chosen and serves
+ * it; one that did not can still finish the older epoch's last slot with
+ * its peers if the newer epoch's leader dies. */
+static int newer_epoch(struct mpx *r, uint64_t ballot, uint32_t from)
+{
+    if (mpx__ballot_epoch(ballot) <= r->conf.epoch || (r->cfg.bugs & MPX_BUG_CONFIG_NO_WAIT))
+        return 0;
+    if (r->now - r->catchup_sent >= r->cfg.heartbeat_ns) {
+        r->catchup_sent = r->now;
+        mpx__send_simple(r, cons_replica(from), MPX_CATCHUP_REQ, 0, r->commit + 1);
+    }
+    return 1;
+}
+
 static void on_prepare(struct mpx *r, const struct mpx_msg *m)
 {
+    if (newer_epoch(r, m->term, m->from))
+        return;
     if (m->term > r->max_seen)
         r->max_seen = m->term;
     if (m->term < r->promised || (m->term == r->promised && ballot_owner(m->term) != m->from)) {
@@ -276,8 +319,13 @@ static uint32_t best_follower(const struct mpx *r)
          i-- > r->snap_index + 1 && i + r->cfg.log_cap > r->next_index;) {
         const struct mpx_slot *s = mpx__cslot(r, i);
         for (uint32_t p = 0; s != NULL && s->index == i && p < r->cfg.n; p++)
-            if (p != r->cfg.id && (s->acks >> p & 1))
+            if (p != r->cfg.id && (s->acks >> p & 1) && mpx__member(r, p))
                 return p;
+    }
+    for (uint32_t k = 1; k < r->cfg.n; k++) {
+        uint32_t p = (r->cfg.id + k) % r->cfg.n;
+        if (mpx__member(r, p))
+            return p;
     }
     return (r->cfg.id + 1) % r->cfg.n;
 }
@@ -292,7 +340,9 @@ void mpx__transfer(struct mpx *r)
         return;
     uint32_t to = best_follower(r);
     FK_ASSERT(to != r->cfg.id && to < r->cfg.n);
-    mpx__send_simple(r, cons_replica(to), MPX_TIMEOUT_NOW, r->promised, 0);
+    /* The commit point rides along: a member that learns from it that a
+     * change made it a member (mpx.h) can start at once. */
+    mpx__send_simple(r, cons_replica(to), MPX_TIMEOUT_NOW, r->promised, r->commit);
     mpx__become_follower(r);
     r->last_heard = r->now; /* it grants no pre-vote of its own meanwhile */
 }
@@ -305,7 +355,9 @@ static void on_timeout_now(struct mpx *r, const struct mpx_msg *m)
     if (r->role != MPX_FOLLOWER || m->term != r->promised || m->from != r->leader ||
         ballot_owner(m->term) != m->from)
         return;
-    start_phase1(r);
+    mpx__learn_commit(r, m->term, m->u1, m->from);
+    if (r->role == MPX_FOLLOWER && mpx__member(r, r->cfg.id))
+        start_phase1(r);
 }
 
 static void send_accepts(struct mpx *r, uint32_t to, int force);
@@ -321,6 +373,58 @@ static void heartbeat(struct mpx *r, int force)
     mpx__send_simple(r, cons_peers(), MPX_COMMIT, r->promised, r->commit);
 }
 
+/* Stoppable Paxos' rule for a new leader's merged suffix (mpx.h,
+ * "Reconfiguration"): the first change at i either provably was not
+ * chosen (an entry after it carries a higher ballot of the same epoch:
+ * that entry's proposer ran phase 1 after the change was proposed and did
+ * not find it chosen, or it would have stopped at i), and becomes a
+ * NO-OP, or nothing after it can have been chosen in this epoch, and the
+ * suffix ends at i. An entry after it of a newer epoch proves the change
+ * chosen (that epoch began where it was applied): the suffix ends at i
+ * too, and the slots after it are the newer epoch's, which this leader
+ * reaches by applying i (its phase 1 there takes them). */
+static void stop_at_change(struct mpx *r)
+{
+    r->stop_at = 0;
+    for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
+        struct mpx_slot *s = mpx__slot(r, i);
+        struct cons_config c;
+        /* A change of another epoch than the one in force here (a stale
+         * one, merged from an old leader's log) changes nothing where it
+         * is applied (FK_EBUSY): not a stop sign, its leader went on. */
+        if (s->index != i || !mpx__is_change(s) || cons_config_get(&s->ops[0], &c) < 0 ||
+            c.epoch != r->conf.epoch)
+            continue;
+        int later = 0, newer = 0;
+        for (uint64_t j = i + 1; j < r->next_index; j++) {
+            const struct mpx_slot *t = mpx__cslot(r, j);
+            if (t != NULL && mpx__ballot_epoch(t->ballot) > mpx__ballot_epoch(s->ballot))
+                newer = 1;
+            else if (t != NULL && t->ballot > s->ballot)
+                later = 1;
+        }
+        later &= !newer;
+        if (later) {
+            struct cons_op noop;
+            cons_op_init(&noop, CONS_OP_NOOP, NULL, 0, NULL, 0, NULL, 0);
+            int rc = mpx__slot_store(r, s, &noop, 1);
+            FK_ASSERT(rc == 0); /* a small op needs no room */
+            (void)rc;
+            continue;
+        }
+        for (uint64_t j = i + 1; j < r->next_index; j++) {
+            struct mpx_slot *t = mpx__slot(r, j);
+            if (t->index == j)
+                mpx__slot_clear(r, t);
+        }
+        r->next_index = i + 1;
+        if (r->last > i)
+            r->last = i;
+        r->stop_at = i;
+        return;
+    }
+}
+
 static void become_leader(struct mpx *r)
 {
     FK_ASSERT(r->role == MPX_CANDIDATE && ballot_owner(r->promised) == r->cfg.id);
@@ -329,6 +433,8 @@ static void become_leader(struct mpx *r)
     r->next_index = r->last + 1;
     if (r->next_index > r->snap_index + r->cfg.log_cap + 1)
         r->next_index = r->snap_index + r->cfg.log_cap + 1;
+    memset(r->progress, 0, sizeof r->progress);
+    stop_at_change(r);
     /* Re-propose the whole suffix at my ballot: the merged highest-ballot
      * value where one was reported, a NO-OP in every hole. */
     for (uint64_t i = r->commit + 1; i < r->next_index; i++) {
@@ -351,6 +457,43 @@ static void become_leader(struct mpx *r)
     }
     heartbeat(r, 1);
     r->next_heartbeat = r->now + r->cfg.heartbeat_ns;
+    if (r->conf.epoch > 0 && r->commit == r->conf_slot && r->next_index == r->commit + 1 &&
+        r->pend_n == 0)
+        queue_noop(r); /* the epoch's first slot (promised_enough) */
+}
+
+/* A new epoch's first leader (mpx.h, "Reconfiguration"): nothing is
+ * chosen in the epoch yet (commit is the change's slot), so the change is
+ * known only to whoever applied it. Promises of a newer epoch's ballot
+ * come only from replicas that applied the change (newer_epoch), and
+ * here a majority of the previous members must be among them too: a
+ * replica that loses its disk later recovers from answerers among whom
+ * one knows the new configuration (mpx_recover.c), however few of the
+ * new members were up. Once a slot of the epoch is chosen (the first
+ * leader proposes a NO-OP at once), that holds for good, and removed
+ * members may go away. */
+static int promised_enough(const struct mpx *r)
+{
+    if (!mpx__quorate(r, r->promises))
+        return 0;
+    if (r->conf.epoch == 0 || r->commit > r->conf_slot || r->prev_members == 0)
+        return 1;
+    uint32_t prev = (uint32_t)__builtin_popcountll(r->prev_members);
+    return (uint32_t)__builtin_popcountll(r->promises & r->prev_members) >= prev / 2 + 1;
+}
+
+/* Queues a NO-OP to propose (the queue's own room; 0 when it has none). */
+static int queue_noop(struct mpx *r)
+{
+    if (r->pend_n >= r->cfg.pending_max)
+        return 0;
+    struct cons_op noop;
+    cons_op_init(&noop, CONS_OP_NOOP, NULL, 0, NULL, 0, NULL, 0);
+    uint32_t at = (r->pend_head + r->pend_n) % r->cfg.pending_max;
+    if (cons_op_store(&r->pending[at], &r->pend_big[at], &r->pend_bigs, &noop) < 0)
+        return 0;
+    r->pend_n++;
+    return 1;
 }
 
 static void count_promise(struct mpx *r, uint32_t from)
@@ -358,7 +501,7 @@ static void count_promise(struct mpx *r, uint32_t from)
     if (r->role != MPX_CANDIDATE)
         return;
     r->promises |= 1ull << from;
-    if (popcount(r->promises) >= r->f + 1)
+    if (promised_enough(r))
         become_leader(r);
 }
 
@@ -455,11 +598,13 @@ static void count_ack(struct mpx *r, uint32_t from, uint64_t ballot, uint64_t in
 {
     if (r->role != MPX_LEADER || ballot != r->promised)
         return;
+    if (index > r->progress[from])
+        r->progress[from] = index;
     struct mpx_slot *s = mpx__slot(r, index);
     if (!s || s->index != index || s->ballot != ballot || s->chosen)
         return;
     s->acks |= 1ull << from;
-    if (popcount(s->acks) >= r->f + 1)
+    if (mpx__quorate(r, s->acks))
         s->chosen = 1;
     advance_commit(r);
 }
@@ -467,7 +612,7 @@ static void count_ack(struct mpx *r, uint32_t from, uint64_t ballot, uint64_t in
 /* Turns queued client requests into new slots while the window allows. */
 static void propose(struct mpx *r)
 {
-    while (r->role == MPX_LEADER && r->pend_n > 0 &&
+    while (r->role == MPX_LEADER && r->pend_n > 0 && !r->stop_at &&
            r->next_index <= r->snap_index + r->cfg.log_cap &&
            r->next_index - r->commit <= r->cfg.window) {
         struct mpx_slot *s = mpx__slot(r, r->next_index);
@@ -479,6 +624,12 @@ static void propose(struct mpx *r)
         size_t bytes = MPX_ENTRY_HDR, big = 0;
         while (n < r->pend_n && n < r->cfg.batch_max) {
             const struct cons_op *op = &r->pending[(r->pend_head + n) % r->cfg.pending_max];
+            if (op->type == CONS_OP_CONFIG && n > 0)
+                break; /* a change goes alone in its slot (mpx.h) */
+            if (op->type == CONS_OP_CONFIG) {
+                n = 1;
+                break;
+            }
             size_t ob = cons_op_nbytes(op);
             size_t b = ob > CONS_OP_INLINE ? ob : 0;
             if (n > 0 && bytes + mpx__op_bytes(op) > MPX_ENTRY_MAX)
@@ -512,6 +663,8 @@ static void propose(struct mpx *r)
         s->sent_ns = r->now;
         if (r->last < s->index)
             r->last = s->index;
+        if (mpx__is_change(s))
+            r->stop_at = s->index; /* a stop sign: nothing after it (mpx.h) */
         mpx__persist_entry(r, s);
         mpx__hold(r, MPX_ACCEPTED, r->cfg.id, r->promised, s->index);
         /* One message for every follower: it leaves on this replica's
@@ -525,6 +678,8 @@ static void propose(struct mpx *r)
  * before any acknowledgement) and this replica follows it. */
 static int follow(struct mpx *r, uint64_t ballot, uint32_t from)
 {
+    if (newer_epoch(r, ballot, from))
+        return 0;
     if (ballot > r->max_seen)
         r->max_seen = ballot;
     if (ballot < r->promised || ballot_owner(ballot) != from) {
@@ -619,6 +774,38 @@ static void on_commit(struct mpx *r, const struct mpx_msg *m)
         mpx__learn_commit(r, m->term, m->u1, m->from);
 }
 
+/* The configuration changed at the slot just applied (mpx.h): a leader
+ * that stays a member runs phase 1 again among the new members, keeping
+ * its queue; one that does not hands over to the most advanced of them
+ * and follows; a candidate's votes were counted under the old one. */
+void mpx__conf_changed(struct mpx *r)
+{
+    r->stop_at = 0;
+    if (r->role == MPX_CANDIDATE) {
+        mpx__become_follower(r);
+    } else if (r->role == MPX_LEADER && !mpx__member(r, r->cfg.id)) {
+        mpx__transfer(r);
+    } else if (r->role == MPX_LEADER) {
+        for (uint32_t k = 0; k < r->cfg.log_cap; k++)
+            r->slots[k].acks = 0;
+        uint64_t b = next_ballot(r);
+        if (b == 0) {
+            mpx__become_follower(r);
+            return;
+        }
+        r->role = MPX_CANDIDATE;
+        r->promised = b;
+        r->leader = UINT32_MAX;
+        r->promises = 0;
+        r->prevote_ballot = 0;
+        r->cand_since = r->now;
+        mpx__reset_election(r);
+        mpx__persist_meta(r);
+        mpx__hold(r, MPX_PROMISE, r->cfg.id, r->promised, r->commit + 1);
+        mpx__send_simple(r, cons_peers(), MPX_PREPARE, r->promised, r->commit + 1);
+    }
+}
+
 /* ---- catch-up: any replica serves chosen entries, or its state --------- */
 
 static void on_catchup_req(struct mpx *r, const struct mpx_msg *m)
@@ -680,6 +867,7 @@ static void on_xfer(struct mpx *r, const struct mpx_msg *m)
     uint64_t index = mpx__adopt_state(r);
     if (r->poisoned)
         return;
+    mpx__adopt_desc(r);
     mpx__persist_trim(r, index); /* the log before it is history now */
     advance_commit(r);
     mpx__send_simple(r, cons_replica(m->from), MPX_CATCHUP_REQ, 0, r->commit + 1);
@@ -702,6 +890,43 @@ static int in_flight(const struct mpx *r, const struct cons_op *op)
         }
     }
     return 0;
+}
+
+/* Whether a queued request is a change (mpx.h: one at a time). */
+static int change_queued(const struct mpx *r)
+{
+    for (uint32_t k = 0; k < r->pend_n; k++) {
+        if (r->pending[(r->pend_head + k) % r->cfg.pending_max].type == CONS_OP_CONFIG)
+            return 1;
+    }
+    return 0;
+}
+
+/* The leader's admission of a change (mpx.h, "Reconfiguration"): 0 to
+ * propose it, else the answer, never logged (FK_EAGAIN: the client may
+ * send the same number again; FK_EBUSY and FK_EINVAL come from the log's
+ * outcome, mpx.c change_outcome). A new member must have acknowledged a slot
+ * at or past the commit point in this leadership: when one has not, a
+ * NO-OP goes out so that a caught-up one does and the retry passes. */
+static int32_t admit_change(struct mpx *r, const struct cons_op *op)
+{
+    struct cons_config c;
+    if (cons_config_get(op, &c) < 0 || c.members == 0 || (c.members >> r->cfg.n) != 0)
+        return 0; /* refused where it is applied (FK_EINVAL) */
+    if (c.epoch != r->conf.epoch)
+        return 0; /* refused where it is applied (FK_EBUSY), like every replica */
+    if (r->stop_at || change_queued(r))
+        return FK_EAGAIN;
+    uint64_t fresh = c.members & ~r->conf.members;
+    int behind = 0;
+    for (uint32_t p = 0; p < r->cfg.n; p++)
+        behind |= (fresh >> p & 1) && p != r->cfg.id &&
+                  (r->progress[p] < r->commit || r->progress[p] == 0);
+    if (!behind)
+        return 0;
+    if (queue_noop(r))
+        propose(r);
+    return FK_EAGAIN;
 }
 
 static void on_request(struct mpx *r, const struct cons_op *op)
@@ -745,6 +970,15 @@ static void on_request(struct mpx *r, const struct cons_op *op)
     }
     if (in_flight(r, op) || r->pend_n >= r->cfg.pending_max)
         return; /* the client retries */
+    int32_t admit = op->type == CONS_OP_CONFIG ? admit_change(r, op) : 0;
+    if (admit < 0) {
+        r->reply.client_id = op->client_id;
+        r->reply.req_no = op->req_no;
+        r->reply.status = admit;
+        r->reply.len = 0;
+        mpx__reply(r, op->client_id, &r->reply);
+        return;
+    }
     uint32_t at = (r->pend_head + r->pend_n) % r->cfg.pending_max;
     if (cons_op_store(&r->pending[at], &r->pend_big[at], &r->pend_bigs, op) < 0)
         return; /* the queue holds its most large values: the client retries */

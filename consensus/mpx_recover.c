@@ -50,7 +50,19 @@
  * the collector forgot the lost incarnation's vote before counting x's:
  * Q was never complete. Ballots carry the generation too (mpx_paxos.c
  * next_ballot), so the new incarnation never reuses one of its lost
- * self's ballots. */
+ * self's ballots.
+ *
+ * With reconfiguration (mpx.h), "f+1 others" is counted among the members
+ * of the newest configuration the answers report: as many of them, other
+ * than this replica, as meet every majority of those members (members -
+ * majority + 1; 2 of 3, 3 of 5, 2 of 4), counting only answerers that
+ * report that configuration themselves, so the argument above holds
+ * within it. Votes of an older epoch cannot be completed by then: every
+ * counted answerer applied the change that started the newest epoch, so
+ * every slot up to it is chosen and in the state they give, and their
+ * promises stand above the ballots that chose them. (An answerer still in
+ * an older epoch does not count: a recovery from two of those once missed
+ * the slot that changed the configuration, chosen by others.) */
 #include "mpx_internal.h"
 
 #include "fk_error.h"
@@ -92,9 +104,38 @@ static void send_recover(struct mpx *r, uint32_t p)
     mpx__send(r, &w, cons_replica(p));
 }
 
+/* Answers that count: members of the newest configuration reported, this
+ * replica left out, as many as meet every majority of them. */
+static int rec_enough(const struct mpx *r, uint64_t from)
+{
+    uint64_t m = r->rec_conf.members & ~(1ull << r->cfg.id);
+    for (uint32_t p = 0; p < r->cfg.n; p++) {
+        if (r->rec_epoch[p] != r->rec_conf.epoch)
+            m &= ~(1ull << p); /* still in an older epoch */
+    }
+    uint32_t members = (uint32_t)__builtin_popcountll(r->rec_conf.members);
+    uint32_t need = members - (members / 2 + 1) + 1;
+    return (uint32_t)__builtin_popcountll(from & m) >= need;
+}
+
+/* The newest configuration an answer reports (mpx.h). */
+static void rec_conf(struct mpx *r, const struct mpx_msg *m)
+{
+    r->rec_epoch[m->from] = m->conf.epoch;
+    if (m->conf.epoch > r->rec_conf.epoch && (m->conf.members >> r->cfg.n) == 0) {
+        r->rec_conf = m->conf;
+        r->rec_conf_slot = m->conf_slot;
+        r->rec_conf_prev = m->conf_prev;
+    }
+}
+
 void mpx__recover_start(struct mpx *r)
 {
     r->role = MPX_RECOVERING;
+    r->rec_conf = r->conf;
+    r->rec_conf_slot = r->conf_slot;
+    r->rec_conf_prev = r->prev_members;
+    memset(r->rec_epoch, 0, sizeof r->rec_epoch);
     r->nonce = mpx__rand(r) | 1;
     r->rec_phase = 1;
     r->rec_gen = 0;
@@ -112,11 +153,11 @@ void mpx__recover_start(struct mpx *r)
 
 /* Phase 2 counts a responder only while its own generation is the highest
  * any responder reported for it (a crash-consistent quorum, DISC 2017). */
-static uint32_t consistent_responders(const struct mpx *r)
+static uint64_t consistent_responders(const struct mpx *r)
 {
-    uint32_t n = 0;
+    uint64_t n = 0;
     for (uint32_t p = 0; p < r->cfg.n; p++)
-        n += (r->rec_from >> p & 1) && r->rec_their[p] >= r->rec_cv[p];
+        n |= (uint64_t)((r->rec_from >> p & 1) && r->rec_their[p] >= r->rec_cv[p]) << p;
     return n;
 }
 
@@ -153,6 +194,7 @@ void mpx__on_recover(struct mpx *r, const struct mpx_msg *m)
         mpx__begin(r, &w, MPX_RECOVER_GEN, r->promised);
         cons_w_u64(&w, nonce);
         cons_w_u64(&w, r->known[m->from]);
+        mpx__put_conf(r, &w);
         mpx__send(r, &w, cons_replica(m->from));
         return;
     }
@@ -181,6 +223,7 @@ void mpx__release_recover_reply(struct mpx *r, uint32_t to, uint64_t nonce, uint
     cons_w_u64(&w, r->promised);
     mpx__put_cv(r, &w);
     cons_w_u64(&w, r->applied);
+    mpx__put_conf(r, &w);
     size_t count_at = w.len;
     cons_w_u32(&w, 0);
     uint32_t n = 0;
@@ -204,7 +247,9 @@ void mpx__on_recover_gen(struct mpx *r, const struct mpx_msg *m)
     if (m->u2 > r->rec_gen)
         r->rec_gen = m->u2;
     r->rec_from |= 1ull << m->from;
-    if (++r->rec_n < r->f + 1)
+    r->rec_n++;
+    rec_conf(r, m);
+    if (!rec_enough(r, r->rec_from))
         return;
     r->rec_phase = 2;
     r->rec_gen++;
@@ -237,6 +282,7 @@ void mpx__recover_fetched(struct mpx *r)
         uint64_t index = mpx__adopt_state(r);
         if (r->poisoned)
             return;
+        mpx__adopt_desc(r);
         r->rec_fetch = 0;
         r->commit = r->applied = index;
     }
@@ -246,6 +292,8 @@ void mpx__recover_fetched(struct mpx *r)
         r->max_seen = r->promised;
     memcpy(r->known, r->rec_cv, sizeof r->known);
     r->gen = r->known[r->cfg.id] = r->rec_gen;
+    if (r->rec_conf.epoch > r->conf.epoch && r->applied >= r->rec_conf_slot)
+        mpx__set_conf(r, &r->rec_conf, r->rec_conf_slot, r->rec_conf_prev);
     mpx__persist_trim(r, r->snap_index);
     for (uint64_t i = r->snap_index + 1; i <= r->last; i++) {
         const struct mpx_slot *s = mpx__cslot(r, i);
@@ -307,6 +355,7 @@ void mpx__on_recover_reply(struct mpx *r, const struct mpx_msg *m)
     }
     r->rec_their[m->from] = their;
     r->rec_from |= 1ull << m->from;
-    if (consistent_responders(r) >= r->f + 1)
+    rec_conf(r, m);
+    if (rec_enough(r, consistent_responders(r)))
         fetch(r);
 }

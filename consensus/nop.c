@@ -458,7 +458,10 @@ void nop__execute_to(struct nop *r, uint64_t upto, int reply)
                 return;
             }
         } else if (e->kind == NOP_ENT_REQ) {
-            int rc = cons_apply_once(&r->sm, &r->ctab, &e->op, &r->reply);
+            /* No reconfiguration in NOPaxos yet (cons.h, CONS_OP_CONFIG). */
+            int rc = e->op.type == CONS_OP_CONFIG
+                         ? cons_apply_core(&r->sm, &r->ctab, &e->op, FK_ENOTSUP, &r->reply)
+                         : cons_apply_once(&r->sm, &r->ctab, &e->op, &r->reply);
             if (rc < 0) {
                 r->poisoned = 1;
                 return;
@@ -881,6 +884,7 @@ void nop_status(const struct nop *r, struct nop_stat *st)
     st->status = r->status;
     st->view = r->view;
     st->leader = r->view.leader_num % r->cfg.n;
+    st->n = r->cfg.n;
     st->log_len = r->log_len;
     st->commit = r->commit;
     st->executed = r->executed;

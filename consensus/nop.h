@@ -214,6 +214,7 @@ struct nop_stat {
     uint8_t status;
     struct nop_view view;
     uint32_t leader; /* view.leader_num % n */
+    uint32_t n;      /* replicas */
     uint64_t log_len, commit, executed;
     int is_leader;
     uint32_t held;                  /* durable mode: messages waiting for the disk */

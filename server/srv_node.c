@@ -85,7 +85,8 @@ struct srv_node {
     struct fk_hist lat[CONS_OP__COUNT], commit_lat;
 };
 
-static const char *const op_names[CONS_OP__COUNT] = {"noop", "get", "put", "del", "cas", "scan"};
+static const char *const op_names[CONS_OP__COUNT] = {"noop", "get",  "put",   "del",
+                                                     "cas",  "scan", "config"};
 
 /* ---- status -------------------------------------------------------------------- */
 

@@ -2,7 +2,7 @@
  *
  *   flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]
  *              [--seed S] [--seconds S] [--ops N] [--fault-ms MS] [--durable]
- *              [--bug NAME] [--verbose] [--expect-failure]
+ *              [--reconfig] [--bug NAME] [--verbose] [--expect-failure]
  *
  * --seeds N runs seeds first..first+N-1 (default 1000 from 1) for each
  * protocol chosen (default both); --first random starts at a seed drawn
@@ -12,10 +12,12 @@
  * --ops N sets operations per client (default 40) and --fault-ms the
  * virtual length of the fault phase (default 2000); clients start no new
  * operation after it. --durable runs NOPaxos replicas in durable mode
- * (nop.h) with whole-group crashes and slow disks (sim.h). A failing seed
+ * (nop.h) with whole-group crashes and slow disks (sim.h); --reconfig runs
+ * Multi-Paxos with membership changes (sim.h). A failing seed
  * prints its reason and the exact command that replays it; the exit status
  * is 1 when any seed failed. --bug plants a known bug: apply-uncommitted,
- * local-reads, no-merge, stale-votes, stale-rows (Multi-Paxos) or no-gap-agreement,
+ * local-reads, no-merge, stale-votes, stale-rows, config-no-wait (Multi-Paxos; the
+ * last implies --reconfig) or no-gap-agreement,
  * follower-exec, restore-no-recovery, reply-unpersisted (NOPaxos; the last
  * implies --durable); with --expect-failure the status is 0 only if some
  * seed failed (the checkers can fail), stopping at the first. A campaign
@@ -49,6 +51,7 @@ static const struct {
     {"no-merge", SIM_MPX, MPX_BUG_NO_MERGE, 0},
     {"stale-votes", SIM_MPX, MPX_BUG_STALE_VOTES, 0},
     {"stale-rows", SIM_MPX, MPX_BUG_STALE_ROWS, 0},
+    {"config-no-wait", SIM_MPX, MPX_BUG_CONFIG_NO_WAIT, 0}, /* reconfig only */
     {"no-gap-agreement", SIM_NOP, NOP_BUG_NO_GAP_AGREEMENT, 0},
     {"follower-exec", SIM_NOP, NOP_BUG_FOLLOWER_EXEC, 0},
     {"restore-no-recovery", SIM_NOP, NOP_BUG_RESTORE_NO_RECOVERY, 0},
@@ -60,6 +63,7 @@ struct args {
     uint64_t first, count;
     int verbose, expect_failure, protos; /* protos: bit 0 mpx, bit 1 nop */
     int durable;                         /* NOPaxos durable mode */
+    int reconfig;                        /* Multi-Paxos membership changes */
     uint32_t ops;                        /* operations per client */
     uint64_t fault_ms;                   /* fault phase, virtual ms (0: 2,000) */
     uint32_t bugs, seq_bugs;
@@ -71,14 +75,15 @@ struct args {
 
 static void usage(void)
 {
-    fprintf(stderr,
-            "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]\n"
-            "                  [--seed S] [--seconds S] [--ops N] [--fault-ms MS]\n"
-            "                  [--durable] [--bug NAME] [--verbose] [--expect-failure]\n"
-            "bugs: apply-uncommitted, local-reads, no-merge, stale-votes, stale-rows (mpx);\n"
-            "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
-            "      reply-unpersisted (nop, durable), \n"
-            "      seq-no-restart (nop)\n");
+    fprintf(stderr, "usage: flowkv-sim [--proto mpx|nop|both] [--seeds N] [--first S|random]\n"
+                    "                  [--seed S] [--seconds S] [--ops N] [--fault-ms MS]\n"
+                    "                  [--durable] [--reconfig] [--bug NAME] [--verbose]\n"
+                    "                  [--expect-failure]\n"
+                    "bugs: apply-uncommitted, local-reads, no-merge, stale-votes, stale-rows,\n"
+                    "      config-no-wait (mpx, reconfig);\n"
+                    "      no-gap-agreement, follower-exec, restore-no-recovery,\n"
+                    "      reply-unpersisted (nop, durable), \n"
+                    "      seq-no-restart (nop)\n");
 }
 
 static int parse_bug(struct args *a, const char *name)
@@ -93,6 +98,8 @@ static int parse_bug(struct args *a, const char *name)
             a->protos = 1 << bugs[i].proto;
             if (bugs[i].bit == NOP_BUG_REPLY_UNPERSISTED && bugs[i].proto == SIM_NOP)
                 a->durable = 1;
+            if (bugs[i].bit == MPX_BUG_CONFIG_NO_WAIT && bugs[i].proto == SIM_MPX)
+                a->reconfig = 1;
             return 0;
         }
     }
@@ -108,7 +115,8 @@ static int parse_args(int argc, char **argv, struct args *a)
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = v && argv[i][0] == '-' && strcmp(argv[i], "--verbose") != 0 &&
-                    strcmp(argv[i], "--expect-failure") != 0 && strcmp(argv[i], "--durable") != 0;
+                    strcmp(argv[i], "--expect-failure") != 0 && strcmp(argv[i], "--durable") != 0 &&
+                    strcmp(argv[i], "--reconfig") != 0;
         if (strcmp(argv[i], "--seeds") == 0 && v) {
             a->count = strtoull(v, NULL, 10);
             a->count_given = 1;
@@ -137,6 +145,8 @@ static int parse_args(int argc, char **argv, struct args *a)
             a->verbose = 2;
         } else if (strcmp(argv[i], "--durable") == 0) {
             a->durable = 1;
+        } else if (strcmp(argv[i], "--reconfig") == 0) {
+            a->reconfig = 1;
         } else if (strcmp(argv[i], "--expect-failure") == 0) {
             a->expect_failure = 1;
         } else {
@@ -146,6 +156,11 @@ static int parse_args(int argc, char **argv, struct args *a)
     }
     if (a->seconds > 0 && !a->count_given)
         a->count = UINT64_C(1) << 40; /* bounded by the time alone */
+    if (a->reconfig && (a->protos & 2)) {
+        if (a->protos == 2)
+            return -1; /* NOPaxos has no reconfiguration yet */
+        a->protos = 1;
+    }
     return a->count > 0 && a->protos && a->ops > 0 && a->ops <= 100000 && a->fault_ms <= 600000
                ? 0
                : -1;
@@ -157,6 +172,7 @@ struct totals {
     uint64_t fills, crash_alls, amnesias;
     uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent, xfer_rc, xfer_sc;
     uint64_t past;
+    uint64_t changes, refused;
 };
 
 static void add(struct totals *t, const struct sim_result *r)
@@ -184,6 +200,8 @@ static void add(struct totals *t, const struct sim_result *r)
     t->xfer_rc += r->xfer_recv_crashes;
     t->xfer_sc += r->xfer_send_crashes;
     t->past += r->past_syncs;
+    t->changes += r->changes;
+    t->refused += r->changes_refused;
 }
 
 /* How often a long campaign prints a progress line: 15 s, or
@@ -225,7 +243,8 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
                              .verbose = a->verbose,
                              .ops_per_client = a->ops,
                              .fault_ms = a->fault_ms,
-                             .durable = proto == SIM_NOP && a->durable};
+                             .durable = proto == SIM_NOP && a->durable,
+                             .reconfig = proto == SIM_MPX && a->reconfig};
         struct sim_result r;
         if (sim_run(&o, &r) < 0) {
             fprintf(stderr, "flowkv-sim: out of memory\n");
@@ -235,10 +254,10 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
         if (!r.ok) {
             t.failed++;
             printf("FAIL %s seed %" PRIu64 " (n=%u): %s\n  replay: %s --proto %s --seed %" PRIu64
-                   " --ops %u --fault-ms %" PRIu64 "%s%s%s\n",
+                   " --ops %u --fault-ms %" PRIu64 "%s%s%s%s\n",
                    pname, s, r.n, r.why, argv0, pname, s, a->ops, a->fault_ms ? a->fault_ms : 2000,
-                   o.durable ? " --durable" : "", a->bug_name ? " --bug " : "",
-                   a->bug_name ? a->bug_name : "");
+                   o.durable ? " --durable" : "", o.reconfig ? " --reconfig" : "",
+                   a->bug_name ? " --bug " : "", a->bug_name ? a->bug_name : "");
             fflush(stdout);
             if (a->expect_failure)
                 break;
@@ -247,8 +266,11 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
     double cpu_s = (double)(fk_cpu_ns() - cpu0) / 1e9, wall_s = (double)(fk_now_ns() - wall0) / 1e9;
     printf("flowkv-sim %s%s: %" PRIu64 " seeds (%" PRIu64 " with 5 replicas), %" PRIu64
            " failed, %.1f s wall, %.1f s CPU\n",
-           pname, proto == SIM_NOP && a->durable ? " (durable)" : "", t.ran, t.n5, t.failed, wall_s,
-           cpu_s);
+           pname,
+           proto == SIM_NOP && a->durable    ? " (durable)"
+           : proto == SIM_MPX && a->reconfig ? " (reconfig)"
+                                             : "",
+           t.ran, t.n5, t.failed, wall_s, cpu_s);
     printf("  faults: %" PRIu64 " messages, %" PRIu64 " dropped, %" PRIu64 " duplicated, %" PRIu64
            " partitions, %" PRIu64 " crashes (%" PRIu64 " restarted empty, %" PRIu64
            " of them amnesia in the minority)",
@@ -266,6 +288,9 @@ static uint64_t campaign(const struct args *a, int proto, const char *argv0)
            t.xfer_sc);
     if (proto == SIM_NOP)
         printf("; %" PRIu64 " syncs from the history of compacted entries", t.past);
+    if (proto == SIM_MPX && a->reconfig)
+        printf("\n  membership changes: %" PRIu64 " applied, %" PRIu64 " refused", t.changes,
+               t.refused);
     printf("\n  client operations: %" PRIu64 " completed, %.0f per CPU-second\n", t.ops,
            cpu_s > 0 ? (double)t.ops / cpu_s : 0.0);
     return t.failed;

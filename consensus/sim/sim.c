@@ -386,6 +386,7 @@ static void rep_config(struct world *w, uint32_t i, struct cons_core_config *c)
         return;
     }
     c->log_cap = SIM_LOG_CAP;
+    c->members = w->o->reconfig ? 0x7 : 0; /* reconfig: replicas 3 and 4 start as learners */
     c->window = 8;
     c->batch_max = 4;
     c->pending_max = 64;
@@ -503,6 +504,8 @@ static uint32_t down_count(struct world *w)
 {
     uint32_t d = 0;
     for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up && w->reps[i].inc == 0)
+            continue; /* reconfig: a learner not started yet */
         if (!w->reps[i].up) {
             d++;
             continue;
@@ -675,8 +678,11 @@ static void on_heal(struct world *w)
     w->dup_p = 0;
     for (uint32_t i = 0; i < w->n; i++) {
         if (!w->reps[i].up) {
+            /* reconfig: a learner not started yet joins fresh */
+            enum cons_start_mode mode =
+                w->reps[i].inc == 0 ? CONS_START_FRESH : CONS_START_RESTORED;
             w->reps[i].inc++;
-            boot(w, i, CONS_START_RESTORED);
+            boot(w, i, mode);
         }
     }
 }
@@ -910,6 +916,122 @@ static void on_client_timer(struct world *w, struct client *c, uint64_t what)
     client_send(w, c);
 }
 
+/* ---- the administrator (reconfig) ------------------------------------------- */
+
+#define SIM_ADMIN_ID (SIM_CLIENTS_MAX + 1)
+
+/* The configuration in force at the most advanced replica, as an operator
+ * reads it from `flowkv status`. */
+static struct cons_config newest_conf(struct world *w)
+{
+    struct cons_config c = {0, 0};
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (!w->reps[i].up)
+            continue;
+        struct cons_core_status st = status_of(w, i);
+        if (c.members == 0 || st.conf.epoch > c.epoch)
+            c = st.conf;
+    }
+    return c;
+}
+
+static void admin_send(struct world *w)
+{
+    uint8_t buf[sizeof(struct cons_wire_hdr) + sizeof(struct cons_wire_op) + CONS_CONFIG_BYTES];
+    int len = mpx_encode_request(buf, sizeof buf, &w->admin.op);
+    assert(len > 0);
+    net_send(w, cons_client(SIM_ADMIN_ID), cons_replica(w->admin.target), buf, (uint32_t)len);
+    w->admin.gen++;
+    sim__at(w, SIM_RETRY_NS, EV_ADMIN, 0, w->admin.gen, 0, NULL);
+}
+
+/* A change of three to five members: a learner added, a member removed,
+ * or one replaced by a learner. */
+static void admin_next(struct world *w)
+{
+    struct cons_config c = newest_conf(w);
+    uint64_t all = (1ull << w->n) - 1, m = c.members;
+    uint32_t nm = (uint32_t)__builtin_popcountll(m), a = w->n, b = w->n;
+    for (uint32_t k = 0, s = (uint32_t)(sim__rnd(w) % w->n); k < w->n; k++) {
+        uint32_t p = (s + k) % w->n;
+        if (!(m >> p & 1) && a == w->n)
+            a = p; /* a learner */
+        if ((m >> p & 1) && b == w->n)
+            b = p; /* a member */
+    }
+    uint64_t dice = sim__rnd(w) % 100;
+    if (m == 0 || b == w->n) {
+        sim__at(w, sim__urange(w, 50 * MS, 200 * MS), EV_ADMIN, 0, w->admin.gen, 1, NULL);
+        return;
+    }
+    if (a < w->n && nm < 5 && (nm == 3 || dice < 40))
+        m |= 1ull << a;
+    else if (nm > 3 && (a == w->n || dice < 70))
+        m &= ~(1ull << b);
+    else
+        m = (m & ~(1ull << b)) | (1ull << a);
+    assert((m & ~all) == 0);
+    struct cons_config next = {.epoch = c.epoch, .members = m};
+    uint8_t v[CONS_CONFIG_BYTES];
+    cons_config_put(&next, v);
+    cons_op_init(&w->admin.op, CONS_OP_CONFIG, NULL, 0, v, CONS_CONFIG_BYTES, NULL, 0);
+    w->admin.op.client_id = SIM_ADMIN_ID;
+    if (!w->admin.again)
+        w->admin.req_no++; /* FK_EAGAIN: that number was never logged (cons.h) */
+    w->admin.op.req_no = w->admin.req_no;
+    w->admin.busy = 1;
+    sim__say(w, 1, "admin: change epoch %u members %#" PRIx64 " -> %#" PRIx64, c.epoch, c.members,
+             m);
+    admin_send(w);
+}
+
+/* what: 0 = the retry timeout fired, 1 = start the next change, 2 = resend. */
+static void on_admin_timer(struct world *w, uint64_t what)
+{
+    if (what == 1) {
+        if (!w->healed && !w->admin.busy)
+            admin_next(w);
+        return;
+    }
+    if (!w->admin.busy)
+        return;
+    if (what == 0)
+        w->admin.target = (w->admin.target + 1) % w->n;
+    admin_send(w);
+}
+
+static void on_admin_msg(struct world *w, const struct smsg *m)
+{
+    struct cons_reply rep;
+    const uint8_t *data;
+    uint32_t hint;
+    if (mpx_decode_reply(m->data, m->len, &rep, &data, &hint) < 0) {
+        sim__fail(w, "admin: malformed reply");
+        return;
+    }
+    if (!w->admin.busy || rep.req_no != w->admin.req_no)
+        return;
+    if (rep.status == FK_ENOTLEADER) {
+        w->admin.target =
+            hint < w->n && hint != w->admin.target ? hint : (w->admin.target + 1) % w->n;
+        w->admin.gen++;
+        sim__at(w, sim__urange(w, 1 * MS, 5 * MS), EV_ADMIN, 0, w->admin.gen, 2, NULL);
+        return;
+    }
+    if (rep.status != 0 && rep.status != FK_EBUSY && rep.status != FK_EAGAIN) {
+        sim__fail(w, "admin: a change answered %s", fk_err_name(rep.status));
+        return;
+    }
+    w->res->changes += rep.status == 0;
+    w->res->changes_refused += rep.status != 0;
+    w->admin.again = rep.status == FK_EAGAIN;
+    sim__say(w, 1, "admin: change %s", rep.status == 0 ? "applied" : fk_err_name(rep.status));
+    w->admin.busy = 0;
+    w->admin.gen++;
+    if (!w->healed)
+        sim__at(w, sim__urange(w, 30 * MS, 300 * MS), EV_ADMIN, 0, w->admin.gen, 1, NULL);
+}
+
 /* ---- the run ------------------------------------------------------------------ */
 
 static void dispatch(struct world *w, struct ev *e)
@@ -918,7 +1040,9 @@ static void dispatch(struct world *w, struct ev *e)
     switch (e->kind) {
     case EV_MSG: {
         struct smsg *m = e->m;
-        if (m->to.kind == CONS_ADDR_CLIENT) {
+        if (m->to.kind == CONS_ADDR_CLIENT && m->to.id == SIM_ADMIN_ID) {
+            on_admin_msg(w, m);
+        } else if (m->to.kind == CONS_ADDR_CLIENT) {
             on_client_msg(w, &w->cl[m->to.id - 1], m);
         } else if (w->reps[m->to.id].up && !cut(w, m->from, m->to)) {
             struct cons_input in = {
@@ -950,7 +1074,9 @@ static void dispatch(struct world *w, struct ev *e)
     case EV_RESTART:
         if (!r->up && e->inc == r->inc) {
             sim__say(w, 1, "restart replica %u %s", e->who,
-                     e->arg == CONS_START_EMPTY ? "empty" : "with disk");
+                     e->arg == CONS_START_EMPTY   ? "empty"
+                     : e->arg == CONS_START_FRESH ? "fresh (a learner)"
+                                                  : "with disk");
             boot(w, e->who, (enum cons_start_mode)e->arg);
         }
         break;
@@ -963,6 +1089,10 @@ static void dispatch(struct world *w, struct ev *e)
         break;
     case EV_SEQCTL:
         sim__nop_seq_round(w);
+        break;
+    case EV_ADMIN:
+        if (e->inc == w->admin.gen)
+            on_admin_timer(w, e->arg);
         break;
     default:
         abort();
@@ -1016,7 +1146,9 @@ static void setup(struct world *w)
 {
     w->ops = w->o->proto == SIM_NOP ? &nop_core_ops : &mpx_core_ops;
     w->n = sim__rnd(w) % 100 < 60 ? 3 : 5;
-    w->f = w->n / 2;
+    if (w->o->reconfig)
+        w->n = 5; /* three members, two learners (sim.h) */
+    w->f = w->o->reconfig ? 1 : w->n / 2;
     w->nclients = (uint32_t)sim__urange(w, 2, 5);
     w->nkeys = (uint32_t)sim__urange(w, 2, 5);
     w->drop_p = sim__ufrac(w) * 0.10;
@@ -1030,8 +1162,14 @@ static void setup(struct world *w)
     w->res->clients = w->nclients;
     w->res->drop_p = w->drop_p;
     w->res->dup_p = w->dup_p;
-    for (uint32_t i = 0; i < w->n; i++)
-        boot(w, i, CONS_START_FRESH);
+    for (uint32_t i = 0; i < w->n; i++) {
+        if (w->o->reconfig && i >= 3) /* a learner, started at some time */
+            sim__at(w, sim__urange(w, 0, 1500 * MS), EV_RESTART, i, 0, CONS_START_FRESH, NULL);
+        else
+            boot(w, i, CONS_START_FRESH);
+    }
+    if (w->o->reconfig)
+        sim__at(w, sim__urange(w, 100 * MS, 500 * MS), EV_ADMIN, 0, 0, 1, NULL);
     if (w->o->proto == SIM_NOP)
         sim__nop_seq_init(w);
     for (uint32_t c = 0; c < w->nclients; c++) {

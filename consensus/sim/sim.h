@@ -22,7 +22,13 @@
  *   clients  several, each with one outstanding request, retried on a
  *            timeout (Multi-Paxos: to the hinted or next replica; NOPaxos:
  *            through the sequencer, accepting f+1 matching replies in one
- *            view that include the leader's).
+ *            view that include the leader's);
+ *   changes  with `reconfig` (Multi-Paxos, mpx.h "Reconfiguration"): five
+ *            replicas, three of them members at first and two learners
+ *            that start at random times (catching up through the log or a
+ *            state transfer); an administrator adds learners, removes
+ *            members and replaces them (CONS_OP_CONFIG) at random during
+ *            the fault phase, keeping three to five members.
  * After the fault phase everything heals; every pending client operation
  * must then complete within live_ns of virtual time (liveness). Every step
  * is followed by the core's invariants() and a cross-replica check that no
@@ -56,6 +62,7 @@ struct sim_opts {
     uint32_t ops_per_client; /* default 40 */
     uint64_t fault_ms;       /* virtual length of the fault phase; 0 = 2,000 */
     int durable;             /* NOPaxos: durable mode, whole-group crashes */
+    int reconfig;            /* Multi-Paxos: membership changes (above) */
 };
 
 struct sim_result {
@@ -73,7 +80,8 @@ struct sim_result {
     uint64_t xfers, xfers_multi, xfer_chunks, xfer_switches, xfer_resent;
     uint64_t xfer_recv_crashes, xfer_send_crashes; /* crashes mid-transfer */
     uint64_t past_syncs; /* NOPaxos: syncs of entries from the history (cons_hist.h) */
-    uint64_t vtime_ns;   /* virtual time at the end */
+    uint64_t changes, changes_refused; /* reconfig: changes applied, refused (busy, again) */
+    uint64_t vtime_ns;                 /* virtual time at the end */
     double drop_p, dup_p;
 };
 

@@ -47,6 +47,7 @@ enum ev_kind {
     EV_HEAL,
     EV_AMNESIA,
     EV_SEQCTL, /* NOPaxos: a round of the sequencer failover decision (sim_nop.c) */
+    EV_ADMIN,  /* reconfig: the administrator's timer (sim.c) */
 };
 
 /* A NOPaxos sequencer a replica's process hosts (sim_nop.c). */
@@ -145,6 +146,14 @@ struct world {
     uint64_t oum_last[CONS_REPLICAS_MAX];
     /* The leader and victim of the amnesia-in-the-minority fault (sim.c). */
     uint32_t am_leader, am_victim;
+    /* reconfig: the administrator, a client of its own outside the
+     * history (sim.c, admin_*). */
+    struct admin {
+        struct cons_op op;
+        uint64_t req_no;
+        uint32_t target, gen;
+        int busy, again; /* again: the last answer was FK_EAGAIN (cons.h) */
+    } admin;
 };
 
 uint64_t sim__rnd(struct world *w);

@@ -342,6 +342,41 @@ TEST(reads_keep_no_result_writes_keep_their_outcome)
     kv_mem_destroy(kv);
 }
 
+/* A configuration change (CONS_OP_CONFIG) is carried out by the core: the
+ * machine is not consulted; its outcome is kept as a write's, a retry gets
+ * it back without a second change, and the table's clock moves once. */
+TEST(config_change_outcome_kept_as_a_writes)
+{
+    struct kv_mem *kv = kv_mem_create(8);
+    struct cons_sm sm = kv_mem_sm(kv);
+    static struct cons_ctab t;
+    CHECK_OK(cons_ctab_init(&t, 4));
+    struct cons_config c = {.epoch = 3, .members = 0x1b}, back;
+    uint8_t v[CONS_CONFIG_BYTES];
+    cons_config_put(&c, v);
+    struct cons_op op;
+    cons_op_init(&op, CONS_OP_CONFIG, NULL, 0, v, CONS_CONFIG_BYTES, NULL, 0);
+    op.client_id = 9;
+    op.req_no = 1;
+    CHECK_OK(cons_config_get(&op, &back));
+    CHECK(back.epoch == 3 && back.members == 0x1b);
+    CHECK_EQ_I64(cons_apply_core(&sm, &t, &op, 0, &rep), 0);
+    CHECK_EQ_I64(rep.status, 0);
+    CHECK_EQ_U64(t.ops, 1);
+    CHECK_EQ_I64(cons_apply_core(&sm, &t, &op, FK_EBUSY, &rep), 1); /* a retry: kept */
+    CHECK_EQ_I64(rep.status, 0);
+    op.req_no = 2;
+    CHECK_EQ_I64(cons_apply_core(&sm, &t, &op, FK_EBUSY, &rep), 0);
+    CHECK_EQ_I64(rep.status, FK_EBUSY);
+    CHECK_EQ_U64(t.ops, 2);
+    CHECK_EQ_U64(kv_mem_count(kv), 0); /* nothing reached the machine's pairs */
+    struct cons_op bad = op;
+    bad.val_len = 4;
+    CHECK_ERR(cons_config_get(&bad, &back), FK_EMALFORMED);
+    cons_ctab_free(&t);
+    kv_mem_destroy(kv);
+}
+
 TEST(load_rejects_bad_snapshots_and_keeps_the_table)
 {
     static struct cons_ctab t, u;

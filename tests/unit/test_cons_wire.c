@@ -121,6 +121,32 @@ TEST(op_shapes_rejected)
     CHECK_ERR(cons_wire_get_op(&r, &out), FK_EMALFORMED);
 }
 
+/* A configuration change travels with its CONS_CONFIG_BYTES value and no
+ * key; any other shape is refused. */
+TEST(config_op_shape)
+{
+    uint8_t v[CONS_CONFIG_BYTES] = {1};
+    struct cons_op op, out;
+    cons_op_init(&op, CONS_OP_CONFIG, NULL, 0, v, CONS_CONFIG_BYTES, NULL, 0);
+    op.client_id = 4;
+    op.req_no = 1;
+    struct cons_wbuf w;
+    struct cons_rbuf r;
+    cons_wbuf_init(&w, buf, sizeof buf);
+    cons_wire_put_op(&w, &op);
+    cons_rbuf_init(&r, buf, w.len);
+    CHECK_OK(cons_wire_get_op(&r, &out));
+    CHECK_EQ_U64(out.type, CONS_OP_CONFIG);
+    CHECK_EQ_U64(out.val_len, CONS_CONFIG_BYTES);
+    cons_op_init(&op, CONS_OP_CONFIG, "k", 1, v, CONS_CONFIG_BYTES, NULL, 0);
+    op.client_id = 4;
+    op.req_no = 1;
+    cons_wbuf_init(&w, buf, sizeof buf);
+    cons_wire_put_op(&w, &op);
+    cons_rbuf_init(&r, buf, w.len);
+    CHECK_ERR(cons_wire_get_op(&r, &out), FK_EMALFORMED);
+}
+
 TEST(request_and_garbage)
 {
     struct cons_op op = mkop(CONS_OP_PUT, "k", "v", "");
