@@ -148,6 +148,7 @@ enum flowkv_op_type {
     FLOWKV_DEL = 3,
     FLOWKV_CAS = 4,
     FLOWKV_SCAN = 5,
+    FLOWKV_CONFIG = 6, /* flowkv_member_change's; val: CONS_CONFIG_BYTES, no key */
 };
 
 struct flowkv_op {
@@ -211,7 +212,19 @@ struct flowkv_replica_status {
     uint32_t leader;
     uint64_t commit, applied, last;
     uint64_t uptime_ns;
+    uint32_t epoch;   /* the configuration in force there (Multi-Paxos; 0 for NOPaxos) */
+    uint64_t members; /* its voters, a mask of replica ids; the others are learners */
 };
+
+/* Changes the replicas that vote (Multi-Paxos, consensus/mpx.h
+ * "Reconfiguration") to `members` (a mask of ids below flowkv_replicas),
+ * from configuration `epoch`, the current one (flowkv_status). 0 once the
+ * change is committed; FK_EAGAIN when the leader refused it for now (a
+ * change under way, or a new member that has not caught up yet: try
+ * again); FK_EBUSY when another change came first (read the epoch again);
+ * FK_EINVAL for an empty set or an id outside the cluster; FK_ENOTSUP on
+ * NOPaxos. */
+int flowkv_member_change(flowkv *kv, uint32_t epoch, uint64_t members);
 
 /* Number of replicas in the cluster. */
 uint32_t flowkv_replicas(const flowkv *kv);

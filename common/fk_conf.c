@@ -17,6 +17,7 @@ struct fk__conf_ctx {
     uint32_t node_has_address;
     int have_token;
     int have_sequencers;
+    int have_members;
     char msg[FK_CONF_ERR_MAX]; /* first error, without the line prefix */
 };
 _Static_assert(FK_CONF_MAX_NODES <= 32, "node bitmaps are 32 bits");
@@ -207,6 +208,28 @@ static int fk__parse_sequencers(struct fk__conf_ctx *c, const char *value)
     return 1;
 }
 
+static int fk__parse_members(struct fk__conf_ctx *c, const char *value)
+{
+    const char *p = value;
+    uint64_t m = 0;
+    while (*p) {
+        char *end;
+        errno = 0;
+        unsigned long id = strtoul(p, &end, 10);
+        if (end == p || errno != 0 || id >= FK_CONF_MAX_NODES)
+            return fk__fail(c, "members: '%s' is not a list of node ids", value);
+        m |= 1ull << id;
+        p = end;
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+    }
+    if (m == 0)
+        return fk__fail(c, "members: empty list");
+    c->conf->members = m;
+    c->have_members = 1;
+    return 1;
+}
+
 static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char *value)
 {
     int v;
@@ -228,6 +251,8 @@ static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char 
         return fk__read_token_file(c, value);
     if (strcmp(name, "sequencers") == 0)
         return fk__parse_sequencers(c, value);
+    if (strcmp(name, "members") == 0)
+        return fk__parse_members(c, value);
     if (strcmp(name, "quota") == 0 || strcmp(name, "map_size") == 0) {
         uint64_t b;
         if (fk_conf_parse_size(value, &b) < 0 || b == 0)
@@ -323,8 +348,12 @@ static int fk__validate_nodes(struct fk__conf_ctx *c)
         n++;
     if (n == 0 || c->seen_nodes != (1u << n) - 1)
         return FK__INVALID(c, "nodes must be [node 0] .. [node N-1] without holes");
-    if (n % 2 == 0)
-        return FK__INVALID(c, "%u nodes: a cluster needs an odd number (2f + 1)", n);
+    if (n % 2 == 0 && !c->have_members)
+        return FK__INVALID(c, "%u nodes: a cluster needs an odd number (2f + 1), or `members`", n);
+    if (c->have_members && (c->conf->members >> n) != 0)
+        return FK__INVALID(c, "members: a member is not a node (nodes 0..%u)", n - 1);
+    if (c->have_members && c->conf->protocol == FK_PROTO_NOPAXOS)
+        return FK__INVALID(c, "members: nopaxos has no membership changes yet (every node votes)");
     conf->n_nodes = n;
     for (uint32_t i = 0; i < n; i++) {
         struct fk_node_conf *a = &conf->nodes[i];

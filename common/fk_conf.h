@@ -25,6 +25,11 @@
  *                                 ; process that would pass it is refused
  *   transfer_chunk  = 256KiB      ; state transfer chunk (4KiB..1MiB) and
  *   transfer_window = 4           ; chunks in flight (1..16): Multi-Paxos
+ *   members = 0, 1, 2             ; Multi-Paxos: the nodes that vote when the
+ *                                 ; cluster is new (default: every node,
+ *                                 ; then N must be odd); the others are
+ *                                 ; learners until `flowkv member` adds
+ *                                 ; them (consensus/mpx.h, "Reconfiguration")
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
  *                                 ; sequencer, in failover order (default:
  *                                 ; every node, the last first, so that view
@@ -81,6 +86,7 @@ struct fk_cluster_conf {
     struct fk_node_conf nodes[FK_CONF_MAX_NODES]; /* indexed by id */
     uint32_t n_sequencers;
     uint32_t sequencers[FK_CONF_MAX_NODES];
+    uint64_t members;          /* Multi-Paxos epoch 0's voters (mask of ids); 0 = every node */
     uint64_t quota;            /* bytes; 0 = the server's default */
     uint64_t map_size;         /* bytes; 0 = the server's default */
     uint64_t flow_memory;      /* bytes; FK_CONF_FLOW_MEMORY_DEFAULT unless set */

@@ -494,22 +494,6 @@ int cons_apply_core(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
     return rc < 0 ? rc : 0;
 }
 
-void cons_config_put(const struct cons_config *c, uint8_t *buf)
-{
-    memcpy(buf, &c->epoch, 4);
-    memcpy(buf + 4, &c->members, 8);
-}
-
-int cons_config_get(const struct cons_op *op, struct cons_config *c)
-{
-    if (op->type != CONS_OP_CONFIG || op->key_len != 0 || op->val_len != CONS_CONFIG_BYTES)
-        return FK_EMALFORMED;
-    const uint8_t *v = cons_op_val(op);
-    memcpy(&c->epoch, v, 4);
-    memcpy(&c->members, v + 4, 8);
-    return 0;
-}
-
 int cons_log_read(struct cons_sm *sm, struct cons_ctab *t, const struct cons_op *op)
 {
     FK_ASSERT(cons_op_reads(op) && op->client_id != 0);

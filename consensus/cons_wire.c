@@ -273,3 +273,21 @@ void cons_op_init(struct cons_op *op, uint8_t type, const void *key, uint32_t ke
     if (exp_len)
         memcpy(op->inl + key_len + val_len, exp, exp_len);
 }
+
+/* A configuration change's value (cons.h, CONS_OP_CONFIG), beside the
+ * op's wire form: clients build it too. */
+void cons_config_put(const struct cons_config *c, uint8_t *buf)
+{
+    memcpy(buf, &c->epoch, 4);
+    memcpy(buf + 4, &c->members, 8);
+}
+
+int cons_config_get(const struct cons_op *op, struct cons_config *c)
+{
+    if (op->type != CONS_OP_CONFIG || op->key_len != 0 || op->val_len != CONS_CONFIG_BYTES)
+        return FK_EMALFORMED;
+    const uint8_t *v = cons_op_val(op);
+    memcpy(&c->epoch, v, 4);
+    memcpy(&c->members, v + 4, 8);
+    return 0;
+}

@@ -154,13 +154,13 @@ struct fkc_status {
     uint8_t protocol;  /* enum cons_proto */
     uint8_t role;      /* enum fkc_role */
     uint8_t fabric[6]; /* "tcp", "verbs", NUL padded */
-    uint32_t pad0;
-    uint64_t term;   /* ballot (Multi-Paxos) or view (NOPaxos: leader_num << 32 | session_num) */
-    uint32_t leader; /* replica believed to lead, or FKC_NO_TARGET */
-    uint32_t pad;
-    uint64_t commit;  /* highest committed log index */
-    uint64_t applied; /* highest applied log index */
-    uint64_t last;    /* highest log index held */
+    uint32_t epoch;    /* the configuration's (consensus/mpx.h, "Reconfiguration"; NOPaxos 0) */
+    uint64_t term;     /* ballot (Multi-Paxos) or view (NOPaxos: leader_num << 32 | session_num) */
+    uint32_t leader;   /* replica believed to lead, or FKC_NO_TARGET */
+    uint32_t members;  /* the configuration's voters, a mask of replica ids */
+    uint64_t commit;   /* highest committed log index */
+    uint64_t applied;  /* highest applied log index */
+    uint64_t last;     /* highest log index held */
     uint64_t uptime_ns;
 } __attribute__((packed));
 _Static_assert(sizeof(struct fkc_status) == 64, "status is 64 bytes");

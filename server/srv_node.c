@@ -102,6 +102,8 @@ static void fill_status(struct srv_node *n, struct fkc_status *st)
     st->role = cs.role; /* enum fkc_role mirrors enum cons_role (fkc_proto.h asserts it) */
     st->term = cs.term;
     st->leader = cs.leader;
+    st->epoch = cs.conf.epoch;
+    st->members = (uint32_t)cs.conf.members;
     st->commit = cs.commit;
     st->applied = cs.applied;
     st->last = cs.last;
@@ -746,6 +748,7 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
         c.pending_max = 4096;
         c.tick_ns = SRV_TICK_NS;
         c.election_ns = 300 * FK_NSEC_PER_MSEC;
+        c.members = n->o.cluster.members; /* epoch 0's voters (fk_conf.h) */
     } else {
         /* `sync` durability is NOPaxos' durable mode (nop.h): replies wait
          * for the disk, and a group restarted all at once serves again. */

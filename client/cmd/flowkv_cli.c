@@ -1,6 +1,7 @@
 /* flowkv: the command-line client (libflowkv, client/flowkv.h). */
 #include "fk_error.h"
 #include "fk_log.h"
+#include "fk_time.h"
 #include "fk_version.h"
 #include "cli_snap.h"
 #include "flowkv.h"
@@ -41,6 +42,11 @@ static void usage(FILE *out)
             "                        flowkv-server --restore FILE on every replica of a\n"
             "                        new cluster\n"
             "  snapshot status FILE  check FILE whole and print what it holds\n"
+            "  member list           the replicas that vote, and the learners (Multi-Paxos)\n"
+            "  member add ID | remove ID | replace OLD NEW\n"
+            "                        change the replicas that vote; a new one must have\n"
+            "                        caught up as a learner (retried until it has, within\n"
+            "                        the timeout)\n"
             "options:\n"
             "  -c, --cluster PATH    cluster description (default: $FLOWKV_CLUSTER, else\n"
             "                        ./run/cluster.conf, else /etc/flowkv/cluster.conf)\n"
@@ -66,6 +72,7 @@ static const struct command {
     {"scan", 0, 3, "[START [COUNT [END]]]"},
     {"status", 0, 0, ""},
     {"snapshot", 2, 3, "save FILE [REPLICA] or status FILE"},
+    {"member", 1, 3, "list, add ID, remove ID or replace OLD NEW"},
 };
 
 static int json; /* -w json */
@@ -139,11 +146,22 @@ static int read_stdin(char *buf, size_t *len)
 
 /* Healthy as etcdctl's endpoint health means it: every replica answers and
  * knows a leader. */
+/* Writes the ids in mask as "0,1,2" into buf. */
+static void ids_of(uint64_t mask, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < 64 && n + 4 < cap; i++)
+        if (mask >> i & 1)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%u", n ? "," : "", i);
+}
+
 static int cmd_status(flowkv *kv, uint64_t timeout_ns)
 {
     if (!json)
-        printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %-6s %s\n", "id", "role", "protocol",
-               "fabric", "term", "leader", "commit", "applied", "lag", "last");
+        printf("%-3s %-12s %-11s %-7s %-20s %-8s %-10s %-10s %-6s %-10s %-5s %s\n", "id", "role",
+               "protocol", "fabric", "term", "leader", "commit", "applied", "lag", "last", "epoch",
+               "members");
     uint64_t top = 0;
     struct flowkv_replica_status st[16];
     uint32_t n = flowkv_replicas(kv);
@@ -168,11 +186,12 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
             if (st[i].reachable)
                 printf(",\"role\":\"%s\",\"protocol\":\"%s\",\"fabric\":\"%s\",\"term\":%llu,"
                        "\"leader\":%lld,\"commit\":%llu,\"applied\":%llu,\"lag\":%llu,"
-                       "\"last\":%llu",
+                       "\"last\":%llu,\"epoch\":%u,\"members\":%llu",
                        st[i].role, st[i].protocol, st[i].fabric, (unsigned long long)st[i].term,
                        st[i].leader < n ? (long long)st[i].leader : -1LL,
                        (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
-                       (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last);
+                       (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last,
+                       st[i].epoch, (unsigned long long)st[i].members);
             printf("}");
             continue;
         }
@@ -183,10 +202,13 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
         char leader[16] = "-";
         if (st[i].leader < n)
             snprintf(leader, sizeof(leader), "%u", st[i].leader);
-        printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %-6llu %llu\n", i, st[i].role,
-               st[i].protocol, st[i].fabric, (unsigned long long)st[i].term, leader,
+        char mem[64];
+        ids_of(st[i].members, mem, sizeof mem);
+        printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %-6llu %-10llu %-5u %s\n", i,
+               st[i].role, st[i].protocol, st[i].fabric, (unsigned long long)st[i].term, leader,
                (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
-               (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last);
+               (unsigned long long)(top - st[i].commit), (unsigned long long)st[i].last,
+               st[i].epoch, mem);
     }
     if (json)
         printf("],\"healthy\":%s}\n", unhealthy ? "false" : "true");
@@ -230,6 +252,75 @@ static int cmd_scan(flowkv *kv, int argc, char **argv)
     return rc < 0 ? fail(kv, "scan", rc) : EXIT_OK;
 }
 
+/* `flowkv member ...` (consensus/mpx.h, "Reconfiguration"): the newest
+ * configuration any replica reports, then the change from it, retried
+ * while the leader answers FK_EAGAIN (a new member still catching up). */
+static int cmd_member(flowkv *kv, int argc, char **argv, uint64_t timeout_ns)
+{
+    uint32_t n = flowkv_replicas(kv), epoch = 0, seen = 0;
+    uint64_t members = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct flowkv_replica_status st;
+        flowkv_status(kv, i, &st, timeout_ns < 2000000000ULL ? timeout_ns : 2000000000ULL);
+        if (st.reachable && (!seen || st.epoch > epoch)) {
+            epoch = st.epoch;
+            members = st.members;
+        }
+        seen += (uint32_t)st.reachable;
+    }
+    if (!seen) {
+        fprintf(stderr, "flowkv: member: no replica answered\n");
+        return EXIT_UNREACHABLE;
+    }
+    char a[64], b[64];
+    if (strcmp(argv[0], "list") == 0 && argc == 1) {
+        ids_of(members, a, sizeof a);
+        ids_of(((1ull << n) - 1) & ~members, b, sizeof b);
+        if (json)
+            printf("{\"epoch\":%u,\"members\":[%s],\"learners\":[%s]}\n", epoch, a, b);
+        else
+            printf("epoch %u members %s learners %s\n", epoch, a, *b ? b : "-");
+        return EXIT_OK;
+    }
+    uint64_t next = members;
+    char *end;
+    unsigned long x = argc >= 2 ? strtoul(argv[1], &end, 10) : n, y = n;
+    int ok = argc >= 2 && *end == '\0' && x < n;
+    if (ok && strcmp(argv[0], "replace") == 0 && argc == 3) {
+        y = strtoul(argv[2], &end, 10);
+        ok = *end == '\0' && y < n && (members >> x & 1) && !(members >> y & 1);
+        next = (members & ~(1ull << x)) | (1ull << y);
+    } else if (ok && strcmp(argv[0], "add") == 0 && argc == 2) {
+        ok = !(members >> x & 1);
+        next = members | (1ull << x);
+    } else if (ok && strcmp(argv[0], "remove") == 0 && argc == 2) {
+        ok = (members >> x & 1) && (members & ~(1ull << x)) != 0;
+        next = members & ~(1ull << x);
+    } else {
+        ok = 0;
+    }
+    if (!ok) {
+        ids_of(members, a, sizeof a);
+        fprintf(stderr,
+                "flowkv: member: takes add ID (a learner), remove ID (a member, not the last) "
+                "or replace OLD NEW, ids 0..%u; the members are %s\n",
+                n - 1, a);
+        return EXIT_USAGE;
+    }
+    uint64_t deadline = fk_now_ns() + (timeout_ns > 10000000000ULL ? timeout_ns : 10000000000ULL);
+    int rc;
+    while ((rc = flowkv_member_change(kv, epoch, next)) == FK_EAGAIN && fk_now_ns() < deadline)
+        usleep(100000); /* a new member still catching up, or a change under way */
+    if (rc < 0)
+        return fail(kv, "member", rc);
+    ids_of(next, a, sizeof a);
+    if (json)
+        printf("{\"epoch\":%u,\"members\":[%s]}\n", epoch + 1, a);
+    else
+        printf("epoch %u members %s\n", epoch + 1, a);
+    return EXIT_OK;
+}
+
 static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t timeout_ns)
 {
     static char val[FLOWKV_VAL_MAX + 1];
@@ -241,6 +332,8 @@ static int run(flowkv *kv, const char *cmd, int argc, char **argv, uint64_t time
         return cmd_scan(kv, argc, argv);
     if (strcmp(cmd, "snapshot") == 0)
         return cli_snapshot(kv, argc, argv, timeout_ns, json);
+    if (strcmp(cmd, "member") == 0)
+        return cmd_member(kv, argc, argv, timeout_ns);
     if (strcmp(cmd, "get") == 0 && argc == 1) {
         rc = flowkv_get(kv, argv[0], strlen(argv[0]), val, sizeof(val), &vlen);
         if (rc < 0)

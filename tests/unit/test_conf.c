@@ -119,6 +119,28 @@ TEST(conf_rejects_bad_files_with_clear_errors)
                "transfer_chunk must be a size from 4KiB to 1MiB, not '1KiB'");
     expect_bad(HEAD "transfer_window=17\n[node 0]\naddress=h:1\n",
                "transfer_window must be 1..16 chunks, not '17'");
+    expect_bad(HEAD "members=0,x\n[node 0]\naddress=h:1\n", "members: '0,x' is not a list");
+    expect_bad(HEAD "members=0,3\n[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n"
+                    "[node 2]\naddress=h:3\n",
+               "members: a member is not a node");
+}
+
+/* members (Multi-Paxos, consensus/mpx.h "Reconfiguration"): the voters of a
+ * new cluster, the other nodes learners; then the node count may be even. */
+TEST(conf_members)
+{
+    struct fk_cluster_conf c;
+    char why[256];
+    const char *text = "[cluster]\nprotocol=multipaxos\ntoken=0123456789abcdef\nmembers = 0, 1, 2\n"
+                       "[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n"
+                       "[node 3]\naddress=h:4\n";
+    CHECK_OK(fk_conf_parse(text, "m.conf", ".", &c, why, sizeof why));
+    CHECK_EQ_U64(c.n_nodes, 4);
+    CHECK_EQ_U64(c.members, 0x7);
+    const char *nop = "[cluster]\nprotocol=nopaxos\ntoken=0123456789abcdef\nmembers = 0, 1, 2\n"
+                      "[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n";
+    CHECK_ERR(fk_conf_parse(nop, "n.conf", ".", &c, why, sizeof why), FK_ECONFIG);
+    CHECK(strstr(why, "nopaxos has no membership changes") != NULL);
 }
 
 TEST(conf_sizes)
