@@ -260,6 +260,15 @@ bench-clients: deps
 	@$(MAKE) --no-print-directory all
 	@timeout --kill-after=30 1800 ycsb/bench/clients.sh -o $(abspath $(BUILD))/bench-clients
 
+# `make bench-member`: the time to add a replica to a Multi-Paxos cluster
+# holding 1,000,000 default records (about 1 GiB), against mdb_copy of the
+# same data, and YCSB-B through a member's removal and return
+# (ycsb/bench/member.sh); ends with a `member:` line. About 5 minutes.
+.PHONY: bench-member
+bench-member: deps
+	@$(MAKE) --no-print-directory all
+	@timeout --kill-after=30 1800 ycsb/bench/member.sh -o $(abspath $(BUILD))/bench-member
+
 # ---- 3c. consensus simulator (issue 5) -------------------------------------
 # consensus/sim/*.c but main.c -> libfksim.a (the simulator and the
 # linearizability checker), linked into build/bin/flowkv-sim and into the

@@ -10,7 +10,10 @@
 # unavailability figure). The CLI
 # refuses a change that names no learner or member, NOPaxos answers
 # "not supported", and a NOPaxos cluster file with `members` is refused
-# at start. Every wait is bounded; replicas are stopped by PID.
+# at start. Then `flowkv-deploy` (its local runner) brings up four nodes,
+# replaces a member, adds the stopped one back from its disk and removes
+# another. Every wait is bounded; replicas are stopped by PID (the
+# deploy's through its own down, then its pid files).
 set -u
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,6 +30,9 @@ cleanup() {
     [ -n "$histpid" ] && kill -KILL "$histpid" 2>/dev/null
     for p in "${PID[@]}"; do kill -KILL "$p" 2>/dev/null; done
     for p in "${PID[@]}"; do wait "$p" 2>/dev/null; done
+    for f in "$WORK"/dep/hosts/*/run/flowkv-*.pid; do
+        [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+    done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -139,4 +145,32 @@ else
     t_fail "the nopaxos cluster serves" "$(tail -n 3 "$n"/log*)"
 fi
 for i in 0 1 2; do stop "$n" "$i" TERM >/dev/null; done
+
+# flowkv-deploy add, replace, remove (deploy/flowkv-deploy, local runner).
+w=$WORK/dep
+mkdir -p "$w"
+base=$(fk_base_port)
+{
+    printf '[cluster]\nprotocol = multipaxos\ndurability = async\ntoken = member-deploy-token-0123456\nmembers = 0, 1, 2\n'
+    for i in 0 1 2 3; do
+        printf '[node %d]\naddress = 127.0.0.1:%d\nhost = h%d\nfabric = tcp\ndata_dir = /var/lib/flowkv/%d\n' \
+            "$i" $((base + i)) "$i" "$i"
+    done
+} >"$w/cluster.conf"
+dep() { timeout 240 "$ROOT/deploy/flowkv-deploy" -c "$w/cluster.conf" --runner local --root "$w/hosts" "$@"; }
+mem() { "$CLI" -c "$w/cluster.conf" -t 3000 member list 2>&1; }
+if out=$(dep up 2>&1); then
+    t_check "deploy up: members 0,1,2 and learner 3 ($(mem))" grep -qx "epoch 0 members 0,1,2 learners 3" <<<"$(mem)"
+    out=$(dep replace 0 3 2>&1)
+    t_check "deploy replace 0 3: $(tail -n 2 <<<"$out" | tr '\n' ' ')" grep -qx "epoch 1 members 1,2,3 learners 0" <<<"$(mem)"
+    out=$(dep add 0 2>&1)
+    t_check "deploy add 0, the replaced node from its disk: $(tail -n 1 <<<"$out")" \
+        grep -qx "epoch 2 members 0,1,2,3 learners -" <<<"$(mem)"
+    out=$(dep remove 2 2>&1)
+    t_check "deploy remove 2: $(tail -n 2 <<<"$out" | tr '\n' ' ')" grep -qx "epoch 3 members 0,1,3 learners 2" <<<"$(mem)"
+    t_check "the cluster serves after the deploy's changes" "$CLI" -c "$w/cluster.conf" -t 3000 put deployed yes
+    dep down >/dev/null 2>&1
+else
+    t_fail "deploy up of four nodes" "$(tail -n 3 <<<"$out")"
+fi
 t_done

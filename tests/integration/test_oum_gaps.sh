@@ -12,6 +12,7 @@ set -u
 . "$(dirname "$0")/../lib.sh"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 B=${BUILD:-$ROOT/build}
+case $B in /*) ;; *) B=$ROOT/$B ;; esac # the test works in its own directory
 # shellcheck disable=SC2034 # SERVER and CLI: for tests/cluster/cluster-lib.sh
 SERVER=$B/bin/flowkv-server CLI=$B/bin/flowkv
 HIST=$B/tests-aux/kv_history
