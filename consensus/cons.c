@@ -409,6 +409,20 @@ static enum ctab_verdict ctab_judge(struct cons_ctab *t, const struct cons_op *o
     return op->req_no > 1 ? CTAB_EXPIRED : CTAB_NEW;
 }
 
+/* ctab_judge for an op to answer: the reply's ids set and no data yet,
+ * unless the op is older than the row (CTAB_OLD: no answer). */
+static enum ctab_verdict ctab_judge_reply(struct cons_ctab *t, const struct cons_op *op,
+                                          struct cons_ctab_row **row, struct cons_reply *reply)
+{
+    enum ctab_verdict v = ctab_judge(t, op, row);
+    if (v != CTAB_OLD) {
+        reply->client_id = op->client_id;
+        reply->req_no = op->req_no;
+        reply->len = 0;
+    }
+    return v;
+}
+
 /* The machine keeps the table's rows (cons.h): after a put, client_id's
  * row and, if one went, the evicted client's deletion. */
 static int ctab_write_through(struct cons_sm *sm, struct cons_ctab *t, uint64_t client_id)
@@ -432,12 +446,9 @@ int cons_apply_once(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
 {
     FK_ASSERT(op->type != CONS_OP_NOOP && op->type != CONS_OP_CONFIG && op->client_id != 0);
     struct cons_ctab_row *row;
-    enum ctab_verdict v = ctab_judge(t, op, &row);
+    enum ctab_verdict v = ctab_judge_reply(t, op, &row, reply);
     if (v == CTAB_OLD)
         return 2;
-    reply->client_id = op->client_id;
-    reply->req_no = op->req_no;
-    reply->len = 0;
     if (v == CTAB_DUP && row->status != FK_EUNKEPT) {
         reply->status = row->status; /* a write's outcome: no data */
         return 1;
@@ -474,12 +485,9 @@ int cons_apply_core(struct cons_sm *sm, struct cons_ctab *t, const struct cons_o
 {
     FK_ASSERT(op->type == CONS_OP_CONFIG && op->client_id != 0 && status <= 0);
     struct cons_ctab_row *row;
-    enum ctab_verdict v = ctab_judge(t, op, &row);
+    enum ctab_verdict v = ctab_judge_reply(t, op, &row, reply);
     if (v == CTAB_OLD)
         return 2;
-    reply->client_id = op->client_id;
-    reply->req_no = op->req_no;
-    reply->len = 0;
     if (v == CTAB_DUP) {
         reply->status = row->status != FK_EUNKEPT ? row->status : FK_EEXPIRED;
         return 1;

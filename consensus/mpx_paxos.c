@@ -229,14 +229,13 @@ static void start_prevote(struct mpx *r)
     mpx__reset_election(r);
 }
 
-static void start_phase1(struct mpx *r)
+/* Phase 1 at the next ballot, its promise to itself held until durable;
+ * 0 when there is no ballot to take (next_ballot). */
+static int begin_phase1(struct mpx *r)
 {
-    FK_ASSERT(r->role == MPX_FOLLOWER && mpx__member(r, r->cfg.id));
     uint64_t b = next_ballot(r);
-    if (b == 0) {
-        mpx__reset_election(r);
-        return;
-    }
+    if (b == 0)
+        return 0;
     r->role = MPX_CANDIDATE;
     r->promised = b;
     r->leader = UINT32_MAX;
@@ -246,6 +245,14 @@ static void start_phase1(struct mpx *r)
     mpx__persist_meta(r);
     mpx__hold(r, MPX_PROMISE, r->cfg.id, r->promised, r->commit + 1);
     mpx__send_simple(r, cons_peers(), MPX_PREPARE, r->promised, r->commit + 1);
+    return 1;
+}
+
+static void start_phase1(struct mpx *r)
+{
+    FK_ASSERT(r->role == MPX_FOLLOWER && mpx__member(r, r->cfg.id));
+    if (!begin_phase1(r))
+        mpx__reset_election(r);
 }
 
 /* A peer grants a pre-vote only if it has not heard a leader for a whole
@@ -788,21 +795,9 @@ void mpx__conf_changed(struct mpx *r)
     } else if (r->role == MPX_LEADER) {
         for (uint32_t k = 0; k < r->cfg.log_cap; k++)
             r->slots[k].acks = 0;
-        uint64_t b = next_ballot(r);
-        if (b == 0) {
-            mpx__become_follower(r);
-            return;
-        }
-        r->role = MPX_CANDIDATE;
-        r->promised = b;
-        r->leader = UINT32_MAX;
-        r->promises = 0;
-        r->prevote_ballot = 0;
-        r->cand_since = r->now;
         mpx__reset_election(r);
-        mpx__persist_meta(r);
-        mpx__hold(r, MPX_PROMISE, r->cfg.id, r->promised, r->commit + 1);
-        mpx__send_simple(r, cons_peers(), MPX_PREPARE, r->promised, r->commit + 1);
+        if (!begin_phase1(r))
+            mpx__become_follower(r);
     }
 }
 
