@@ -18,6 +18,8 @@ static struct fk_snapfile_info write_file(void)
     static uint8_t big[100 << 10];
     for (size_t i = 0; i < sizeof big; i++)
         big[i] = (uint8_t)(i * 31 + 7);
+    if (path[0] != '\0')
+        unlink(path); /* the previous file of this test: leave none behind */
     strcpy(path, "/tmp/fk_snapfile.XXXXXX");
     int fd = mkstemp(path);
     CHECK(fd >= 0);
