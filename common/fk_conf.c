@@ -184,48 +184,48 @@ static int fk__read_token_file(struct fk__conf_ctx *c, const char *value)
     return fk__set_token(c, line);
 }
 
-static int fk__parse_sequencers(struct fk__conf_ctx *c, const char *value)
+/* A list of node ids ("2, 1, 0") into ids[], at most FK_CONF_MAX_NODES;
+ * 1 (fk__fail's convention) or fk__fail's result naming `name`. */
+static int fk__parse_ids(struct fk__conf_ctx *c, const char *name, const char *value, uint32_t *ids,
+                         uint32_t *n)
 {
-    struct fk_cluster_conf *conf = c->conf;
     const char *p = value;
-    conf->n_sequencers = 0;
+    *n = 0;
     while (*p) {
         char *end;
         errno = 0;
         unsigned long id = strtoul(p, &end, 10);
         if (end == p || errno != 0 || id >= FK_CONF_MAX_NODES)
-            return fk__fail(c, "sequencers: '%s' is not a list of node ids", value);
-        if (conf->n_sequencers == FK_CONF_MAX_NODES)
-            return fk__fail(c, "sequencers: more than %d entries", FK_CONF_MAX_NODES);
-        conf->sequencers[conf->n_sequencers++] = (uint32_t)id;
+            return fk__fail(c, "%s: '%s' is not a list of node ids", name, value);
+        if (*n == FK_CONF_MAX_NODES)
+            return fk__fail(c, "%s: more than %d entries", name, FK_CONF_MAX_NODES);
+        ids[(*n)++] = (uint32_t)id;
         p = end;
         while (*p == ' ' || *p == '\t' || *p == ',')
             p++;
     }
-    if (conf->n_sequencers == 0)
-        return fk__fail(c, "sequencers: empty list");
-    c->have_sequencers = 1;
+    if (*n == 0)
+        return fk__fail(c, "%s: empty list", name);
     return 1;
+}
+
+static int fk__parse_sequencers(struct fk__conf_ctx *c, const char *value)
+{
+    struct fk_cluster_conf *conf = c->conf;
+    int rc = fk__parse_ids(c, "sequencers", value, conf->sequencers, &conf->n_sequencers);
+    c->have_sequencers = rc == 1;
+    return rc;
 }
 
 static int fk__parse_members(struct fk__conf_ctx *c, const char *value)
 {
-    const char *p = value;
-    uint64_t m = 0;
-    while (*p) {
-        char *end;
-        errno = 0;
-        unsigned long id = strtoul(p, &end, 10);
-        if (end == p || errno != 0 || id >= FK_CONF_MAX_NODES)
-            return fk__fail(c, "members: '%s' is not a list of node ids", value);
-        m |= 1ull << id;
-        p = end;
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-    }
-    if (m == 0)
-        return fk__fail(c, "members: empty list");
-    c->conf->members = m;
+    uint32_t ids[FK_CONF_MAX_NODES], n;
+    int rc = fk__parse_ids(c, "members", value, ids, &n);
+    if (rc != 1)
+        return rc;
+    c->conf->members = 0;
+    for (uint32_t i = 0; i < n; i++)
+        c->conf->members |= 1ull << ids[i];
     c->have_members = 1;
     return 1;
 }

@@ -102,6 +102,16 @@ fk_local_conf() {
     } >"$1"
 }
 
+# hist_gap HISTORY FROM TO: (kv_history's history file) the longest time in [FROM, TO] (CLOCK_MONOTONIC
+# ns) without an answered operation, in ms, and when it began (ms after FROM).
+hist_gap() {
+    awk -v from="$2" -v to="$3" '!/^#/ && $6 != "unknown" && $9 >= from && $9 <= to { print $9 }' "$1" |
+        sort -n | awk -v from="$2" -v to="$3" '
+            BEGIN { last = from; g = 0; at = from }
+            { if ($1 - last > g) { g = $1 - last; at = last } last = $1 }
+            END { if (to - last > g) { g = to - last; at = last } printf "%d ms from +%d ms\n", g / 1000000, (at - from) / 1000000 }'
+}
+
 # fk_deploy_conf FILE PROTOCOL DURABILITY BASEPORT TOKEN: a 3-node cluster
 # file for deploy/flowkv-deploy's local runner: node i on 127.0.0.1 at
 # BASEPORT+i, host hI (a directory), data in /var/lib/flowkv/I under it.

@@ -55,15 +55,6 @@ conf() {
         done
     } >"$1"
 }
-# gap_ms HISTORY FROM TO: the longest time in [FROM, TO] without an
-# answered operation, in ms (test_rolling_restart.sh's measure).
-gap_ms() {
-    awk -v from="$2" -v to="$3" '!/^#/ && $6 != "unknown" && $9 >= from && $9 <= to { print $9 }' "$1" |
-        sort -n | awk -v from="$2" -v to="$3" '
-            BEGIN { last = from; g = 0 }
-            { if ($1 - last > g) g = $1 - last; last = $1 }
-            END { if (to - last > g) g = to - last; printf "%d\n", g / 1000000 }'
-}
 cli() { "$CLI" -c "$d/cluster.conf" -t 3000 "$@"; }
 
 d=$WORK/mpx
@@ -119,9 +110,9 @@ else
     t_fail "no failed operation through the change" "$(head -c 300 "$d/hist.out")"
 fi
 t_check "the history through the change is linearizable" "$HIST" check "$d/hist"
-g1=$(gap_ms "$d/hist" "$t0" "$t1")
-g2=$(gap_ms "$d/hist" "$t2" "$t3")
-t_ok "unavailability during member replace: longest time without an answer ${g1} ms replacing a follower, ${g2} ms replacing the leader"
+g1=$(hist_gap "$d/hist" "$t0" "$t1")
+g2=$(hist_gap "$d/hist" "$t2" "$t3")
+t_ok "unavailability during member replace: longest time without an answer ${g1} replacing a follower, ${g2} replacing the leader"
 t_check "the new membership serves without the old leader" cli put after-change yes
 for i in 0 1 2 3; do stop "$d" "$i" TERM >/dev/null; done
 

@@ -27,16 +27,6 @@ cleanup() {
 trap cleanup EXIT
 export FLOWKV_LOG=warn
 
-# gap_ms HISTORY FROM TO: the longest time in [FROM, TO] (CLOCK_MONOTONIC
-# ns) without an answered operation, in ms, and when it began (ms after FROM).
-gap_ms() {
-    awk -v from="$2" -v to="$3" '!/^#/ && $6 != "unknown" && $9 >= from && $9 <= to { print $9 }' "$1" |
-        sort -n | awk -v from="$2" -v to="$3" '
-            BEGIN { last = from; g = 0; at = from }
-            { if ($1 - last > g) { g = $1 - last; at = last } last = $1 }
-            END { if (to - last > g) { g = to - last; at = last } printf "%d ms from +%d ms\n", g / 1000000, (at - from) / 1000000 }'
-}
-
 for proto in multipaxos nopaxos; do
     w=$WORK/$proto
     mkdir -p "$w"
@@ -70,7 +60,7 @@ for proto in multipaxos nopaxos; do
         t_fail "$proto: no failed operation" "$(head -c 300 "$w/hist.out")"
     fi
     t_check "$proto: the history through the rolling restart is linearizable" "$HIST" check "$w/hist"
-    g=$(gap_ms "$w/hist" "$t0" "$t1")
+    g=$(hist_gap "$w/hist" "$t0" "$t1")
     t_ok "$proto: unavailability during the rolling restart: longest time without an answer ${g} (restart took $(((t1 - t0) / 1000000)) ms)"
     dep down >/dev/null 2>&1
 done
