@@ -101,7 +101,7 @@ cluster() {
     for i in 0 1 2; do start "$d" $i --new-cluster; done
     serving "$d" || return 1
     timeout 1200 "$YCSB" load -c "$d/cluster.conf" -P "${4:-$WL}" -p recordcount="$n" -threads 1 \
-        -p flowkv.pipeline=64 >"$d/load.txt" 2>&1
+        -p flowkv.pipeline=128 >"$d/load.txt" 2>&1
     RESULT=$(ops_of "$d/load.txt")
 }
 run_w() { # run_w DIR N SECONDS OUT [WORKLOAD]: ops/s of WORKLOAD (default $WL)
@@ -256,11 +256,13 @@ for p in $protos; do
     suite "$p" || exit 1
 done
 
-# etcd, same records, loaded with two threads of 64 in flight (flowkv
-# loads with one: a second thread gave it nothing more, the cluster's two
-# cores being busy, while etcd waits on its fsyncs and gains from it), then
-# each workload with one thread of 128, as flowkv, and the best of that and
-# 64 threads of one, YCSB's own model.
+# etcd, same records, loaded with two threads of 64 in flight, flowkv with
+# one thread of 128 (libflowkv's most for one handle): the same depth. A
+# second flowkv thread gave it nothing more, the cluster's two cores being
+# busy, while etcd waits on its fsyncs and gains from it; at 64 in flight
+# flowkv loaded a million records 10-25% slower (2026-11-27: Multi-Paxos
+# 35k against 39-44k ops/s). Then each workload with one thread of 128,
+# as flowkv, and the best of that and 64 threads of one, YCSB's own model.
 if want etcd; then
     echo "capacity: etcd, $records records"
     ecd=$out/etcd
