@@ -18,6 +18,7 @@ struct fk__conf_ctx {
     int have_token;
     int have_sequencers;
     int have_members;
+    int have_epoch;
     char msg[FK_CONF_ERR_MAX]; /* first error, without the line prefix */
 };
 _Static_assert(FK_CONF_MAX_NODES <= 32, "node bitmaps are 32 bits");
@@ -253,6 +254,16 @@ static int fk__cluster_key(struct fk__conf_ctx *c, const char *name, const char 
         return fk__parse_sequencers(c, value);
     if (strcmp(name, "members") == 0)
         return fk__parse_members(c, value);
+    if (strcmp(name, "epoch") == 0) {
+        char *end;
+        errno = 0;
+        unsigned long e = strtoul(value, &end, 10);
+        if (end == value || *end != '\0' || errno != 0 || e > FK_CONF_EPOCH_MAX)
+            return fk__fail(c, "epoch must be 0..%d, not '%s'", FK_CONF_EPOCH_MAX, value);
+        c->conf->epoch = (uint32_t)e;
+        c->have_epoch = 1;
+        return 1;
+    }
     if (strcmp(name, "quota") == 0 || strcmp(name, "map_size") == 0) {
         uint64_t b;
         if (fk_conf_parse_size(value, &b) < 0 || b == 0)
@@ -354,6 +365,8 @@ static int fk__validate_nodes(struct fk__conf_ctx *c)
         return FK__INVALID(c, "members: a member is not a node (nodes 0..%u)", n - 1);
     if (c->have_members && c->conf->protocol == FK_PROTO_NOPAXOS)
         return FK__INVALID(c, "members: nopaxos has no membership changes yet (every node votes)");
+    if (c->have_epoch && c->conf->protocol == FK_PROTO_NOPAXOS)
+        return FK__INVALID(c, "epoch: nopaxos has no membership changes yet (no epochs)");
     conf->n_nodes = n;
     for (uint32_t i = 0; i < n; i++) {
         struct fk_node_conf *a = &conf->nodes[i];
@@ -420,6 +433,15 @@ int fk_conf_parse(const char *text, const char *name, const char *dir, struct fk
             snprintf(err, errcap, "%s: %s", name, c.msg);
     }
     return rc;
+}
+
+void fk_conf_ids(uint64_t mask, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < 64 && n + 4 < cap; i++)
+        if (mask >> i & 1)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%u", n ? "," : "", i);
 }
 
 int fk_conf_load(const char *path, struct fk_cluster_conf *out, char *err, size_t errcap)

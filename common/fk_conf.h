@@ -30,6 +30,13 @@
  *                                 ; then N must be odd); the others are
  *                                 ; learners until `flowkv member` adds
  *                                 ; them (consensus/mpx.h, "Reconfiguration")
+ *   epoch = 0                     ; Multi-Paxos: the configuration epoch of
+ *                                 ; `members` (0..FK_CONF_EPOCH_MAX, default
+ *                                 ; 0): a new cluster starts in it, and
+ *                                 ; `flowkv-deploy add|remove|replace`
+ *                                 ; writes the new members and epoch here
+ *                                 ; after a change; a replica whose own
+ *                                 ; configuration is newer says so at start
  *   sequencers = 2, 1, 0          ; node ids that may run the NOPaxos
  *                                 ; sequencer, in failover order (default:
  *                                 ; every node, the last first, so that view
@@ -61,6 +68,7 @@
 #define FK_CONF_ERR_MAX             320
 #define FK_CONF_FLOW_MEMORY_DEFAULT (1ULL << 30)
 #define FK_CONF_FLOW_MEMORY_MIN     (64ULL << 10)
+#define FK_CONF_EPOCH_MAX           65534 /* a change must still fit (consensus/mpx.h's epochs) */
 
 enum fk_protocol { FK_PROTO_NOPAXOS = 0, FK_PROTO_MULTIPAXOS = 1 };
 enum fk_fabric_kind { FK_FABRIC_AUTO = 0, FK_FABRIC_TCP = 1, FK_FABRIC_VERBS = 2 };
@@ -86,12 +94,13 @@ struct fk_cluster_conf {
     struct fk_node_conf nodes[FK_CONF_MAX_NODES]; /* indexed by id */
     uint32_t n_sequencers;
     uint32_t sequencers[FK_CONF_MAX_NODES];
-    uint64_t members;          /* Multi-Paxos epoch 0's voters (mask of ids); 0 = every node */
-    uint64_t quota;            /* bytes; 0 = the server's default */
-    uint64_t map_size;         /* bytes; 0 = the server's default */
-    uint64_t flow_memory;      /* bytes; FK_CONF_FLOW_MEMORY_DEFAULT unless set */
-    uint32_t transfer_chunk;   /* bytes; 0 = the server's default (consensus/cons_core.h) */
-    uint32_t transfer_window;  /* chunks; 0 = the server's default */
+    uint64_t members;         /* Multi-Paxos voters (mask of ids) from `epoch` on; 0 = every node */
+    uint32_t epoch;           /* Multi-Paxos: the configuration epoch `members` belong to */
+    uint64_t quota;           /* bytes; 0 = the server's default */
+    uint64_t map_size;        /* bytes; 0 = the server's default */
+    uint64_t flow_memory;     /* bytes; FK_CONF_FLOW_MEMORY_DEFAULT unless set */
+    uint32_t transfer_chunk;  /* bytes; 0 = the server's default (consensus/cons_core.h) */
+    uint32_t transfer_window; /* chunks; 0 = the server's default */
     char dir[FK_CONF_STR_MAX]; /* directory of the file, for relative paths */
 };
 
@@ -105,6 +114,9 @@ struct fk_cluster_conf {
  * On error err (if not NULL) receives one line "path:line: what is wrong"
  * (line omitted for whole-file problems). */
 int fk_conf_load(const char *path, struct fk_cluster_conf *out, char *err, size_t errcap);
+
+/* Writes the node ids in mask as "0,1,2" (a list `members` takes) into buf. */
+void fk_conf_ids(uint64_t mask, char *buf, size_t cap);
 
 /* Same as fk_conf_load for text in memory; dir resolves relative paths
  * (NULL = current directory), name labels error messages. */

@@ -54,6 +54,7 @@ static void *mpx_core_create(const struct cons_core_config *cfg, struct cons_sm 
         .arena_bytes = cfg->arena_bytes,
         .tick_ns = cfg->tick_ns,
         .members = cfg->members,
+        .epoch = cfg->epoch,
         .heartbeat_ns = cfg->heartbeat_ns,
         .election_ns = cfg->election_ns,
         .seed = cfg->seed,

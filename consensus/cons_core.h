@@ -60,7 +60,8 @@ struct cons_core_config {
     /* Multi-Paxos only */
     uint32_t window, batch_max, pending_max;
     uint64_t tick_ns;
-    uint64_t members; /* epoch 0's members (mpx.h, "Reconfiguration"); 0 = all n */
+    uint64_t members; /* the first configuration's members (mpx.h, "Reconfiguration"); 0 = all n */
+    uint32_t epoch;   /* its epoch (a new cluster starts in it) */
     /* NOPaxos only: 1 = durable mode (nop.h, "Persistence") */
     uint32_t durable;
 };

@@ -37,8 +37,8 @@ static int config_ok(const struct mpx_config *c)
     /* Epoch 0's members: all n (odd), or some of them (mpx.h,
      * "Reconfiguration": the others are learners). */
     int members_ok = c->members == 0 ? c->n % 2 == 1 : (c->members >> c->n) == 0;
-    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && members_ok && c->id < c->n &&
-           c->log_cap >= 8 && c->log_cap <= CONS_LOG_CAP_MAX &&
+    return c->n >= 3 && c->n <= CONS_REPLICAS_MAX && members_ok && c->epoch < MPX_EPOCH_MAX &&
+           c->id < c->n && c->log_cap >= 8 && c->log_cap <= CONS_LOG_CAP_MAX &&
            (c->log_cap & (c->log_cap - 1)) == 0 && c->window >= 1 && c->window <= c->log_cap / 4 &&
            c->batch_max >= 1 && c->batch_max <= CONS_BATCH_MAX && c->pending_max >= 1 &&
            c->pending_max <= 65536 && c->clients_max >= 1 && c->clients_max <= CONS_CLIENTS_MAX &&
@@ -176,7 +176,7 @@ struct mpx *mpx_create(const struct mpx_config *cfg, struct cons_sm sm, int *err
         return NULL;
     r->cfg = *cfg;
     r->sm = sm;
-    struct cons_config c0 = {.epoch = 0,
+    struct cons_config c0 = {.epoch = cfg->epoch,
                              .members = cfg->members ? cfg->members : (1ull << cfg->n) - 1};
     mpx__set_conf(r, &c0, 0, 0);
     r->rng = cfg->seed * 0x9E3779B97F4A7C15ULL + cfg->id + 1;

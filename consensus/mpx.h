@@ -130,7 +130,8 @@ enum mpx_bug {
 struct mpx_config {
     uint32_t n;           /* replicas, odd, 3..CONS_REPLICAS_MAX, members or learners */
     uint32_t id;          /* this replica, 0..n-1 */
-    uint64_t members;     /* epoch 0's members, a mask of ids < n (0: all n) */
+    uint64_t members;     /* the first configuration's members, a mask of ids < n (0: all n) */
+    uint32_t epoch;       /* its epoch, < MPX_EPOCH_MAX (a new cluster starts in it; 0 mostly) */
     uint32_t log_cap;     /* in-memory log slots, power of two, 8..CONS_LOG_CAP_MAX */
     uint32_t window;      /* unchosen slots in flight, 1..log_cap/4 */
     uint32_t batch_max;   /* ops per slot, 1..CONS_BATCH_MAX */

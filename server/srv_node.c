@@ -721,6 +721,32 @@ static void metrics_init(struct srv_node *n)
     }
 }
 
+/* The cluster file names a configuration (fk_conf.h, `members` and
+ * `epoch`), which flowkv-deploy rewrites after each change but a change
+ * made with the CLI alone does not: a replica restarted with a newer
+ * configuration says that the file is behind (a new cluster made from it
+ * would start with old members), one with an older learns the newer one
+ * from the others. */
+static void conf_note(struct srv_node *n)
+{
+    if (n->proto != CONS_PROTO_MPX)
+        return;
+    struct cons_core_status cs;
+    n->core.ops->status(n->core.impl, &cs);
+    char ids[64];
+    fk_conf_ids(cs.conf.members, ids, sizeof ids);
+    if (cs.conf.epoch > n->o.cluster.epoch)
+        fk_warn("node",
+                "this replica's configuration (epoch %u, members %s) is newer than the cluster "
+                "file's (epoch %u): set `members = %s` and `epoch = %u` in it",
+                cs.conf.epoch, ids, n->o.cluster.epoch, ids, cs.conf.epoch);
+    else if (cs.conf.epoch < n->o.cluster.epoch)
+        fk_info("node",
+                "the cluster file names configuration epoch %u, this replica's disk epoch %u: it "
+                "learns the newer one from the others",
+                n->o.cluster.epoch, cs.conf.epoch);
+}
+
 static int open_core(struct srv_node *n, char *err, size_t errcap)
 {
     struct cons_sm sm = kv_sm_cons(&n->sm);
@@ -748,7 +774,8 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
         c.pending_max = 4096;
         c.tick_ns = SRV_TICK_NS;
         c.election_ns = 300 * FK_NSEC_PER_MSEC;
-        c.members = n->o.cluster.members; /* epoch 0's voters (fk_conf.h) */
+        c.members = n->o.cluster.members; /* a new cluster's voters and epoch (fk_conf.h) */
+        c.epoch = n->o.cluster.epoch;
     } else {
         /* `sync` durability is NOPaxos' durable mode (nop.h): replies wait
          * for the disk, and a group restarted all at once serves again. */
@@ -791,6 +818,8 @@ static int open_core(struct srv_node *n, char *err, size_t errcap)
         rc = commit_batch(n) < 0 ? FK_ESTORAGE : 0;
     if (rc < 0)
         snprintf(err, errcap, "cannot start the protocol core: %s", fk_strerror(rc));
+    else if (mode == CONS_START_RESTORED)
+        conf_note(n);
     return rc < 0 ? rc : 0;
 }
 

@@ -1,4 +1,5 @@
 /* flowkv: the command-line client (libflowkv, client/flowkv.h). */
+#include "fk_conf.h"
 #include "fk_error.h"
 #include "fk_log.h"
 #include "fk_time.h"
@@ -146,16 +147,6 @@ static int read_stdin(char *buf, size_t *len)
 
 /* Healthy as etcdctl's endpoint health means it: every replica answers and
  * knows a leader. */
-/* Writes the ids in mask as "0,1,2" into buf. */
-static void ids_of(uint64_t mask, char *buf, size_t cap)
-{
-    size_t n = 0;
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < 64 && n + 4 < cap; i++)
-        if (mask >> i & 1)
-            n += (size_t)snprintf(buf + n, cap - n, "%s%u", n ? "," : "", i);
-}
-
 static int cmd_status(flowkv *kv, uint64_t timeout_ns)
 {
     if (!json)
@@ -203,7 +194,7 @@ static int cmd_status(flowkv *kv, uint64_t timeout_ns)
         if (st[i].leader < n)
             snprintf(leader, sizeof(leader), "%u", st[i].leader);
         char mem[64];
-        ids_of(st[i].members, mem, sizeof mem);
+        fk_conf_ids(st[i].members, mem, sizeof mem);
         printf("%-3u %-12s %-11s %-7s %-20llu %-8s %-10llu %-10llu %-6llu %-10llu %-5u %s\n", i,
                st[i].role, st[i].protocol, st[i].fabric, (unsigned long long)st[i].term, leader,
                (unsigned long long)st[i].commit, (unsigned long long)st[i].applied,
@@ -274,8 +265,8 @@ static int cmd_member(flowkv *kv, int argc, char **argv, uint64_t timeout_ns)
     }
     char a[64], b[64];
     if (strcmp(argv[0], "list") == 0 && argc == 1) {
-        ids_of(members, a, sizeof a);
-        ids_of(((1ull << n) - 1) & ~members, b, sizeof b);
+        fk_conf_ids(members, a, sizeof a);
+        fk_conf_ids(((1ull << n) - 1) & ~members, b, sizeof b);
         if (json)
             printf("{\"epoch\":%u,\"members\":[%s],\"learners\":[%s]}\n", epoch, a, b);
         else
@@ -300,7 +291,7 @@ static int cmd_member(flowkv *kv, int argc, char **argv, uint64_t timeout_ns)
         ok = 0;
     }
     if (!ok) {
-        ids_of(members, a, sizeof a);
+        fk_conf_ids(members, a, sizeof a);
         fprintf(stderr,
                 "flowkv: member: takes add ID (a learner), remove ID (a member, not the last) "
                 "or replace OLD NEW, ids 0..%u; the members are %s\n",
@@ -313,7 +304,7 @@ static int cmd_member(flowkv *kv, int argc, char **argv, uint64_t timeout_ns)
         usleep(100000); /* a new member still catching up, or a change under way */
     if (rc < 0)
         return fail(kv, "member", rc);
-    ids_of(next, a, sizeof a);
+    fk_conf_ids(next, a, sizeof a);
     if (json)
         printf("{\"epoch\":%u,\"members\":[%s]}\n", epoch + 1, a);
     else

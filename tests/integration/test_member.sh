@@ -12,7 +12,7 @@
 # "not supported", and a NOPaxos cluster file with `members` is refused
 # at start. Then `flowkv-deploy` (its local runner) brings up four nodes,
 # replaces a member, adds the stopped one back from its disk and removes
-# another. Every wait is bounded; replicas are stopped by PID (the
+# another, writing each new configuration into the cluster file. Every wait is bounded; replicas are stopped by PID (the
 # deploy's through its own down, then its pid files).
 set -u
 . "$(dirname "$0")/../lib.sh"
@@ -90,6 +90,8 @@ out=$(cli member list 2>&1)
 t_check "member list after the change: $out" grep -qx "epoch 1 members 0,1,3 learners 2" <<<"$out"
 start "$d" 2
 sleep 1
+t_check "the restarted replica says the cluster file's members are behind its configuration" \
+    grep -q 'newer than the cluster file.s (epoch 0): set .members = 0,1,3. and .epoch = 1.' "$d/log2"
 l=$(leader_of "$d")
 t2=$("$HIST" now)
 out=$(cli member replace "${l:-0}" 2 2>&1)
@@ -159,6 +161,10 @@ if out=$(dep up 2>&1); then
         grep -qx "epoch 2 members 0,1,2,3 learners -" <<<"$(mem)"
     out=$(dep remove 2 2>&1)
     t_check "deploy remove 2: $(tail -n 2 <<<"$out" | tr '\n' ' ')" grep -qx "epoch 3 members 0,1,3 learners 2" <<<"$(mem)"
+    t_check "deploy wrote the new members and epoch into the cluster file, once" \
+        [ "$(grep -cE '^(members = 0, 1, 3|epoch = 3)$' "$w/cluster.conf")" = 2 ] &&
+        [ "$(grep -cE '^(members|epoch) =' "$w/cluster.conf")" = 2 ]
+    t_check "and into every host's copy" grep -qx "epoch = 3" "$w/hosts/h2/etc/flowkv/cluster.conf"
     t_check "the cluster serves after the deploy's changes" "$CLI" -c "$w/cluster.conf" -t 3000 put deployed yes
     dep down >/dev/null 2>&1
 else

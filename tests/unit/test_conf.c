@@ -141,6 +141,24 @@ TEST(conf_members)
                       "[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n";
     CHECK_ERR(fk_conf_parse(nop, "n.conf", ".", &c, why, sizeof why), FK_ECONFIG);
     CHECK(strstr(why, "nopaxos has no membership changes") != NULL);
+    /* The members' epoch, as flowkv-deploy writes it after a change. */
+    CHECK_EQ_U64(c.epoch, 0);
+    const char *ep =
+        "[cluster]\nprotocol=multipaxos\ntoken=0123456789abcdef\nmembers = 0, 1, 3\n"
+        "epoch = 3\n[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n"
+        "[node 3]\naddress=h:4\n";
+    CHECK_OK(fk_conf_parse(ep, "e.conf", ".", &c, why, sizeof why));
+    CHECK_EQ_U64(c.epoch, 3);
+    CHECK_EQ_U64(c.members, 0xb);
+    char ids[32];
+    fk_conf_ids(c.members, ids, sizeof ids);
+    CHECK_EQ_STR(ids, "0,1,3");
+    expect_bad(HEAD "epoch=65535\n[node 0]\naddress=h:1\n", "epoch must be 0..65534, not '65535'");
+    expect_bad(HEAD "epoch=-1\n[node 0]\naddress=h:1\n", "epoch must be 0..65534, not '-1'");
+    const char *nep = "[cluster]\nprotocol=nopaxos\ntoken=0123456789abcdef\nepoch = 1\n"
+                      "[node 0]\naddress=h:1\n[node 1]\naddress=h:2\n[node 2]\naddress=h:3\n";
+    CHECK_ERR(fk_conf_parse(nep, "n.conf", ".", &c, why, sizeof why), FK_ECONFIG);
+    CHECK(strstr(why, "epoch: nopaxos has no membership changes") != NULL);
 }
 
 TEST(conf_sizes)
