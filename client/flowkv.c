@@ -67,6 +67,7 @@ _Static_assert(FLOWKV_KEY_MAX == CONS_KEY_MAX && FLOWKV_VAL_MAX == CONS_VAL_MAX 
 #define RESEND_NS       (100ULL * 1000000ULL)
 #define RESEND_MAX_NS   (2000ULL * 1000000ULL)
 #define REJOIN_NS       (1000ULL * 1000000ULL)
+#define REJOIN_FAST_NS  (5000ULL * 1000000ULL) /* probed often this long after it went away */
 #define OPEN_NS         (1000ULL * 1000000ULL) /* joining one replica at most */
 #define REJOIN_PROBE_NS (50ULL * 1000000ULL)   /* a replica that went away must answer first */
 #define PUSH_NS         (50ULL * 1000000ULL)
@@ -98,6 +99,7 @@ struct slot {
     uint64_t deadline, resend_at;
     uint64_t sent_at; /* the first send of this request */
     uint32_t tries;
+    uint32_t sent_to; /* Multi-Paxos: the replica its last send went to */
     struct cons_op op;
     uint8_t *obuf; /* op's bytes when they do not fit inline, obuf_cap of them */
     size_t obuf_cap;
@@ -112,6 +114,7 @@ struct replica {
     flow_source *req;
     struct flow_msg_tx tx;
     uint64_t retry_at;
+    uint64_t left_at;    /* when it went away (went_away): probed often at first */
     uint64_t full_until; /* its request ring was full: sends wait for the resend */
     int status_seen;
     struct fkc_status status;
@@ -302,20 +305,30 @@ static int join(struct chan *ch, uint32_t i)
     return join_into(ch, i, &ch->r[i]);
 }
 
-/* Joins again, once a second, the replicas that went away. A join makes
+/* Joins again the replicas that went away, once a second. A join makes
  * several control calls, each allowed seconds: to a replica cut off by a
  * partition they blocked this thread (and every operation waiting on it)
- * until the partition healed. A replica that does not answer a short probe
- * first is skipped until the next try. */
+ * until the partition healed. A replica that does not answer a short
+ * probe first is skipped until the next try; one whose host refused at
+ * once (a process restarting: a restarted replica listens again within a
+ * second or two) is probed again every REJOIN_NS / 10 for REJOIN_FAST_NS
+ * after it went away: probed once a second, one in a rolling restart was
+ * joined again up to a second late, and a NOPaxos client, which needs
+ * the new leader and another replica, waited for it. */
 static void rejoin_due(struct chan *ch, uint64_t now)
 {
     for (uint32_t i = 0; i < ch->n; i++) {
         struct replica *r = &ch->r[i];
         if (r->t != NULL || now < r->retry_at)
             continue;
+        uint64_t t0 = fk_now_ns();
         if (flow_node_probe(ch->node, ch->conf.nodes[i].address, REJOIN_PROBE_NS) < 0 ||
-            join(ch, i) < 0)
-            r->retry_at = fk_now_ns() + REJOIN_NS;
+            join(ch, i) < 0) {
+            uint64_t t = fk_now_ns();
+            int refused = t - t0 < REJOIN_PROBE_NS / 2;
+            r->retry_at =
+                t + (refused && t - r->left_at < REJOIN_FAST_NS ? REJOIN_NS / 10 : REJOIN_NS);
+        }
     }
 }
 
@@ -732,6 +745,38 @@ uint32_t flowkv_inflight(const flowkv *kv)
 
 /* ---- sending ------------------------------------------------------------------ */
 
+/* Multi-Paxos: replica i went away (its reply flow ended, or a send to it
+ * failed), so the requests last sent to it get no answer from it: they go
+ * again at the next timer tick (to the next replica, send_mpx) instead of
+ * at their resend timers (RESEND_NS at least). */
+static void resend_from(struct chan *ch, uint32_t i)
+{
+    uint64_t now = fk_now_ns();
+    for (uint32_t h = 0; !ch->nop && h < ch->nhandles; h++) {
+        flowkv *kv = ch->handles[h];
+        for (uint32_t k = 0; kv != NULL && k < kv->pipeline; k++) {
+            struct slot *s = &kv->slots[k];
+            if (s->busy && !s->done && s->tries > 0 && s->sent_to == i && s->resend_at > now)
+                s->resend_at = now;
+        }
+    }
+}
+
+/* A send to replica i failed: the connection is gone, most often because
+ * the replica restarted while this channel only ever sent to the leader
+ * (a follower's restart leaves no trace here: its reply flow's target
+ * stays), so the first request after the leader changed found it dead.
+ * It is joined again at the next timer tick, once it answers a probe
+ * (rejoin_due), not a second later: a rolling restart's clients waited
+ * out that second after the leader's stop, every follower having
+ * restarted before it. What it held goes again at once. */
+static void went_away(struct chan *ch, uint32_t i)
+{
+    leave(&ch->r[i]);
+    ch->r[i].retry_at = ch->r[i].left_at = fk_now_ns();
+    resend_from(ch, i);
+}
+
 /* Multi-Paxos: to the believed leader's kv.req flow, moving on to the next
  * replica after two unanswered tries. A request ring that stays full for
  * PUSH_NS (a leader stalled on its disk's writeback, or requests of large
@@ -760,14 +805,14 @@ static void send_mpx(struct chan *ch, struct slot *s)
         int rc = flow_msg_send(&r->tx, 0, s->client_id, r->idx, ch->tuple, (size_t)len + 1);
         if (rc == 0) {
             ch->leader = i;
+            s->sent_to = i;
             return;
         }
         if (rc == FK_ETIMEDOUT) {
             r->full_until = now + RESEND_NS / 2;
             return;
         }
-        leave(r); /* the replica went away: join it again later */
-        r->retry_at = fk_now_ns() + REJOIN_NS;
+        went_away(ch, i);
     }
 }
 
@@ -817,10 +862,8 @@ static void flush_requests(struct chan *ch)
     }
     for (uint32_t i = 0; i < ch->n; i++) {
         struct replica *r = &ch->r[i];
-        if (r->req != NULL && flow_flush(r->req) < 0) {
-            leave(r);
-            r->retry_at = fk_now_ns() + REJOIN_NS;
-        }
+        if (r->req != NULL && flow_flush(r->req) < 0)
+            went_away(ch, i);
     }
 }
 
@@ -1052,7 +1095,7 @@ static void on_op_reply(struct chan *ch, uint32_t from, uint64_t dst, const uint
         rep.req_no != s->req_no)
         return;
     if (rep.status == FK_ENOTLEADER) {
-        ch->leader = hint < ch->n ? hint : (from + 1) % ch->n;
+        ch->leader = hint < ch->n && hint != from ? hint : (from + 1) % ch->n;
         s->tries = 1; /* give the hinted leader two tries */
         send_slot(ch, s);
         staged(ch);
@@ -1092,8 +1135,8 @@ static void pump_replica(struct chan *ch, uint32_t i)
             return;
         if (rc < 0) { /* the replica closed its reply source: it restarted */
             fk_debug("client", "replica %u: reply flow: %s", i, fk_strerror(rc));
-            leave(r);
-            r->retry_at = fk_now_ns() + REJOIN_NS / 10;
+            went_away(ch, i);
+            r->retry_at += REJOIN_NS / 10; /* it is not listening yet */
             return;
         }
         if (m.len < 1)

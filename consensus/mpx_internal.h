@@ -215,6 +215,8 @@ uint64_t mpx__cv_get(const struct mpx_msg *m, uint32_t p);
 void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_t term, uint64_t u1,
                        uint64_t lo, uint64_t hi, int chosen_only);
 void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep);
+/* As mpx__reply, naming `hint` as the leader (UINT32_MAX: unknown). */
+void mpx__reply_hint(struct mpx *r, uint64_t client, const struct cons_reply *rep, uint32_t hint);
 
 /* mpx.c helpers used by mpx_msg.c / mpx_recover.c */
 /* After a transfer installed a state: the configuration in force there,

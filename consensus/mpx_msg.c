@@ -278,11 +278,16 @@ void mpx__send_entries(struct mpx *r, struct cons_addr to, uint8_t type, uint64_
     mpx__send(r, &w, to);
 }
 
-void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep)
+void mpx__reply_hint(struct mpx *r, uint64_t client, const struct cons_reply *rep, uint32_t hint)
 {
     struct cons_wbuf w;
     mpx__begin(r, &w, MPX_REPLY, r->promised);
-    cons_w_u32(&w, r->leader);
+    cons_w_u32(&w, hint);
     cons_wire_put_reply(&w, rep);
     mpx__send(r, &w, cons_client(client));
+}
+
+void mpx__reply(struct mpx *r, uint64_t client, const struct cons_reply *rep)
+{
+    mpx__reply_hint(r, client, rep, r->leader);
 }

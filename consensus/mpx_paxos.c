@@ -19,7 +19,25 @@ void mpx__reset_election(struct mpx *r)
     r->election_deadline = r->now + r->cfg.election_ns + mpx__rand(r) % r->cfg.election_ns;
 }
 
-/* Any role -> follower. The pending queue goes: clients retry elsewhere. */
+/* The requests queued here, never proposed, go back to their clients as
+ * FK_ENOTLEADER naming `hint` (UINT32_MAX: unknown), so that each is sent
+ * to the next leader at once: dropped, each waited out its client's resend
+ * timer (100 ms at least, client/flowkv.c) after a leader's handover. */
+static void refuse_pending(struct mpx *r, uint32_t hint)
+{
+    for (; r->pend_n > 0; r->pend_n--) {
+        const struct cons_op *op = &r->pending[r->pend_head];
+        memset(&r->reply, 0, offsetof(struct cons_reply, data));
+        r->reply.client_id = op->client_id;
+        r->reply.req_no = op->req_no;
+        r->reply.status = FK_ENOTLEADER;
+        mpx__reply_hint(r, op->client_id, &r->reply, hint);
+        cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
+        r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
+    }
+}
+
+/* Any role -> follower. The pending queue goes back to its clients. */
 void mpx__become_follower(struct mpx *r)
 {
     FK_ASSERT(r->role != MPX_RECOVERING);
@@ -29,10 +47,7 @@ void mpx__become_follower(struct mpx *r)
     }
     r->role = MPX_FOLLOWER;
     r->stop_at = 0;
-    for (; r->pend_n > 0; r->pend_n--) {
-        cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
-        r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
-    }
+    refuse_pending(r, UINT32_MAX);
     r->prevote_ballot = 0;
     mpx__reset_election(r);
 }
@@ -350,6 +365,7 @@ void mpx__transfer(struct mpx *r)
     /* The commit point rides along: a member that learns from it that a
      * change made it a member (mpx.h) can start at once. */
     mpx__send_simple(r, cons_replica(to), MPX_TIMEOUT_NOW, r->promised, r->commit);
+    refuse_pending(r, to); /* the leader to be */
     mpx__become_follower(r);
     r->last_heard = r->now; /* it grants no pre-vote of its own meanwhile */
 }

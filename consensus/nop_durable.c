@@ -60,12 +60,22 @@
  *     newer view need f+1 replicas whose disks carry that newer tag, so a
  *     quorum whose newest tag is the older view has none to lose.
  *  3. Having restored, the replica never acts in its persisted view or
- *     below: the view change goes to a higher one, exactly what a replica
- *     that was cut off and timed out does (5.2.3). Its messages sent
- *     before the crash described states its disk held then, so its
- *     restored state is one the protocol already allowed it to be in;
- *     what it lost (unpersisted appends, executions, pending gap
- *     agreement) was never visible to anybody.
+ *     below on its own log: the view change goes to a higher one, exactly
+ *     what a replica that was cut off and timed out does (5.2.3). Its
+ *     messages sent before the crash described states its disk held then,
+ *     so its restored state is one the protocol already allowed it to be
+ *     in; what it lost (unpersisted appends, executions, pending gap
+ *     agreement) was never visible to anybody. A follower of a view it
+ *     was normal in asks that view's leader first (a VIEW-CHANGE for the
+ *     same view, which a leader in normal status answers with START-VIEW,
+ *     as it does a follower that missed it) and acts in it again only
+ *     with the leader's log: within a view the leader's log is the one
+ *     every follower's promises agree with (a follower's entries differ
+ *     from it only where the leader decided a NO-OP, and a follower's
+ *     reply completes nothing without the leader's). Without an answer
+ *     within the view-change timeout it goes to a higher view. So a
+ *     follower's restart no longer moves the group to a new view and a
+ *     new leader (README, "Status": a rolling restart's unavailability).
  * A replica restarted EMPTY has no log: it is RECOVERING and sends no
  * VIEW-CHANGE until it recovered (5.3.2) from f+1 replicas in normal
  * status, so it never counts in a quorum with a log it does not hold. An
@@ -176,7 +186,12 @@ int nop__start_from_log(struct nop *r)
     r->pers_upto = r->commit;
     r->dirty_lo = r->log_len + 1; /* the disk holds this log */
     r->view = r->rest_view;
-    /* Point 3 above: never act in the persisted view again. */
+    /* Point 3 above: never act in the persisted view again on this log; a
+     * follower of a normal view asks its leader for the view's log. */
+    if (nop__view_eq(r->view, r->last_normal) && nop__leader_of(r, r->view) != r->cfg.id) {
+        nop__start_view_change(r, r->view);
+        return 0;
+    }
     struct nop_view v = {r->view.leader_num + 1, r->view.session};
     nop__start_view_change(r, v);
     return 0;

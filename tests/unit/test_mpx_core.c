@@ -161,6 +161,56 @@ TEST(leader_hands_over_without_a_timeout)
     stop(&g);
 }
 
+/* Requests queued at a leader that hands over go back to their clients as
+ * FK_ENOTLEADER naming the leader to be (mpx_paxos.c, refuse_pending), so
+ * that they go there at once instead of after the clients' resend timers;
+ * the ones in slots stay for the next leader's phase 1. */
+TEST(handover_returns_queued_requests_naming_the_next_leader)
+{
+    static struct group g;
+    start(&g);
+    tick_until_leader(&g);
+    int l = leader_of(&g);
+    CHECK(l >= 0);
+    struct cons_outbox *ob;
+    /* Stepped alone, its accepts unanswered: the window fills, the rest queue. */
+    for (uint64_t k = 1; k <= 10; k++) {
+        static struct cons_op op;
+        uint8_t buf[256];
+        cons_op_init(&op, CONS_OP_PUT, "q", 1, "v", 1, NULL, 0);
+        op.client_id = 100 + k;
+        op.req_no = 1;
+        int len = mpx_encode_request(buf, sizeof buf, &op);
+        CHECK(len > 0);
+        struct cons_input in = {
+            .kind = CONS_IN_MSG, .from = cons_client(100 + k), .buf = buf, .len = (size_t)len};
+        CHECK_OK(mpx_step(R(&g, l), &in, g.fx.now, &ob));
+    }
+    CHECK_OK(mpx_transfer(R(&g, l), g.fx.now, &ob));
+    uint64_t to = UINT64_MAX;
+    uint32_t refused = 0, hints = 0;
+    for (uint32_t i = 0; i < ob->nmsgs; i++) {
+        const struct cons_out_msg *m = &ob->msgs[i];
+        if (m->to.kind == CONS_ADDR_REPLICA) {
+            to = m->to.id; /* TIMEOUT_NOW */
+            continue;
+        }
+        struct cons_reply rep;
+        const uint8_t *data;
+        uint32_t hint;
+        CHECK_OK(mpx_decode_reply(m->buf, m->len, &rep, &data, &hint));
+        CHECK_EQ_I64(rep.status, FK_ENOTLEADER);
+        CHECK_EQ_U64(rep.client_id, m->to.id);
+        refused++;
+        CHECK(hint < N);
+        hints |= 1u << (hint % N);
+    }
+    CHECK(refused >= 2 && refused <= 8); /* past the window of 4 slots of 2 */
+    CHECK(to < N && to != (uint64_t)l);
+    CHECK_EQ_U64(hints, 1u << to);
+    stop(&g);
+}
+
 TEST(malformed_messages_rejected)
 {
     static struct group g;

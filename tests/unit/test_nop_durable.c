@@ -280,6 +280,53 @@ TEST(whole_group_restart_with_one_disk_lost)
     stop(&g);
 }
 
+/* A follower restarted from its durable disk while the rest of the group
+ * served on asks the leader of the view it was normal in for the view's
+ * log and rejoins that view (nop_durable.c, point 3): no view change, the
+ * same leader, the writes made while it was down in its log, and it
+ * takes part in the next ones. Restarted so before, it moved the group to
+ * a new view with a new leader. */
+TEST(follower_restart_rejoins_the_leaders_view)
+{
+    static struct group g;
+    start(&g, 0);
+    for (uint64_t k = 1; k <= 5; k++)
+        run_op(&g, CONS_OP_PUT, (uint32_t)(k % 3), k);
+    ticks(&g, 10);
+    uint32_t leader = 0;
+    struct nop_stat st, was;
+    for (uint32_t i = 0; i < N; i++) {
+        nop_status(R(&g, i), &st);
+        leader = st.is_leader ? i : leader;
+    }
+    nop_status(R(&g, leader), &was);
+    uint32_t f = (leader + 1) % N;
+    crash(&g, f);
+    for (uint64_t k = 6; k <= 10; k++) /* the leader and the other follower */
+        run_op(&g, CONS_OP_PUT, (uint32_t)(k % 3), k);
+    boot(&g, f, NOP_START_RESTORED);
+    nop_status(R(&g, f), &st);
+    CHECK_EQ_I64(st.status, NOP_VIEWCHANGE);
+    CHECK_EQ_U64(st.view.leader_num, was.view.leader_num); /* its persisted view, not above */
+    pump(&g);
+    ticks(&g, 5);
+    nop_status(R(&g, f), &st);
+    CHECK_EQ_I64(st.status, NOP_NORMAL);
+    CHECK_EQ_U64(st.view.leader_num, was.view.leader_num);
+    CHECK_EQ_U64(st.view.session, was.view.session);
+    CHECK_EQ_U64(st.leader, leader);
+    struct nop_stat ls;
+    nop_status(R(&g, leader), &ls);
+    CHECK(ls.is_leader && ls.view.leader_num == was.view.leader_num);
+    CHECK(st.log_len >= ls.commit); /* the writes made while it was down */
+    /* It serves in the view: with the other follower down, it is the f+1-th. */
+    crash(&g, (leader + 2) % N);
+    run_op(&g, CONS_OP_PUT, 1, 11);
+    check_value(&g, 1, 11);
+    check_value(&g, 0, 9);
+    stop(&g);
+}
+
 TEST(durable_log_with_a_hole_is_refused)
 {
     static struct group g;
