@@ -22,16 +22,19 @@ void mpx__reset_election(struct mpx *r)
 /* The requests queued here, never proposed, go back to their clients as
  * FK_ENOTLEADER naming `hint` (UINT32_MAX: unknown), so that each is sent
  * to the next leader at once: dropped, each waited out its client's resend
- * timer (100 ms at least, client/flowkv.c) after a leader's handover. */
+ * timer (100 ms at least, client/flowkv.c) after a leader's handover. The
+ * leader's own NO-OPs (queue_noop) have no client. */
 static void refuse_pending(struct mpx *r, uint32_t hint)
 {
     for (; r->pend_n > 0; r->pend_n--) {
         const struct cons_op *op = &r->pending[r->pend_head];
-        memset(&r->reply, 0, offsetof(struct cons_reply, data));
-        r->reply.client_id = op->client_id;
-        r->reply.req_no = op->req_no;
-        r->reply.status = FK_ENOTLEADER;
-        mpx__reply_hint(r, op->client_id, &r->reply, hint);
+        if (op->type != CONS_OP_NOOP) {
+            memset(&r->reply, 0, offsetof(struct cons_reply, data));
+            r->reply.client_id = op->client_id;
+            r->reply.req_no = op->req_no;
+            r->reply.status = FK_ENOTLEADER;
+            mpx__reply_hint(r, op->client_id, &r->reply, hint);
+        }
         cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
         r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
     }

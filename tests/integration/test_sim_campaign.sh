@@ -96,9 +96,12 @@ fi
 #              from answerers that did not; a recovery counting answerers
 #              still in an older epoch (consensus/mpx_paxos.c
 #              stop_at_change, promised_enough; mpx_recover.c).
+#   mpx 158037759698176 (--reconfig): a leader that handed its queue back
+#              to the clients (mpx_paxos.c, refuse_pending) answered its own
+#              queued NO-OP, to a client that does not exist.
 regressions=("mpx 66913" "nop 250594139250474" "nop 973" "nop 390" "nop 7087870393583"
     "mpx 91804991898077 --reconfig" "mpx 41084971765593 --reconfig"
-    "mpx 232180388324363 --reconfig")
+    "mpx 232180388324363 --reconfig" "mpx 158037759698176 --reconfig")
 for reg in "${regressions[@]}"; do
     # shellcheck disable=SC2086
     set -- $reg
