@@ -140,6 +140,7 @@ struct chan {
     struct flow_msg_tx oum_tx;
     uint8_t *tuple; /* the kv.oum message, or the encoded request */
     uint32_t leader;
+    uint32_t last_to;      /* Multi-Paxos: the replica the last request went to */
     uint64_t srtt, rttvar; /* ns; srtt 0: no sample yet (resend_after) */
     uint64_t timers_at;    /* next run of timers() */
     uint64_t status_id;    /* the client id of status and backup requests */
@@ -798,13 +799,20 @@ static void send_mpx(struct chan *ch, struct slot *s)
             continue;
         if (r->full_until > now)
             return;
+        /* Turning to another replica (a hint, a rotation): one that
+         * restarted since this channel last wrote to it is seen now, not
+         * after a write that TCP still takes and the resend timer. */
+        if (i != ch->last_to && flow_source_check(r->req) < 0) {
+            went_away(ch, i);
+            continue;
+        }
         ch->tuple[0] = FKC_OP;
         int len = mpx_encode_request(ch->tuple + 1, MPX_REQ_MAX, &s->op);
         if (len < 0)
             return;
         int rc = flow_msg_send(&r->tx, 0, s->client_id, r->idx, ch->tuple, (size_t)len + 1);
         if (rc == 0) {
-            ch->leader = i;
+            ch->leader = ch->last_to = i;
             s->sent_to = i;
             return;
         }

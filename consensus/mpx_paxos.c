@@ -19,22 +19,29 @@ void mpx__reset_election(struct mpx *r)
     r->election_deadline = r->now + r->cfg.election_ns + mpx__rand(r) % r->cfg.election_ns;
 }
 
+/* Answers op's client FK_ENOTLEADER naming `hint` (UINT32_MAX: unknown):
+ * not applied here, send it to the leader. */
+static void not_leader(struct mpx *r, const struct cons_op *op, uint32_t hint)
+{
+    memset(&r->reply, 0, offsetof(struct cons_reply, data));
+    r->reply.client_id = op->client_id;
+    r->reply.req_no = op->req_no;
+    r->reply.status = FK_ENOTLEADER;
+    mpx__reply_hint(r, op->client_id, &r->reply, hint);
+}
+
 /* The requests queued here, never proposed, go back to their clients as
- * FK_ENOTLEADER naming `hint` (UINT32_MAX: unknown), so that each is sent
- * to the next leader at once: dropped, each waited out its client's resend
- * timer (100 ms at least, client/flowkv.c) after a leader's handover. The
- * leader's own NO-OPs (queue_noop) have no client. */
+ * FK_ENOTLEADER naming `hint`, so that each is sent to the next leader at
+ * once: dropped, each waited out its client's resend timer (100 ms at
+ * least, client/flowkv.c) after a leader's handover. The leader's own
+ * NO-OPs (queue_noop) have no client. */
+
 static void refuse_pending(struct mpx *r, uint32_t hint)
 {
     for (; r->pend_n > 0; r->pend_n--) {
         const struct cons_op *op = &r->pending[r->pend_head];
-        if (op->type != CONS_OP_NOOP) {
-            memset(&r->reply, 0, offsetof(struct cons_reply, data));
-            r->reply.client_id = op->client_id;
-            r->reply.req_no = op->req_no;
-            r->reply.status = FK_ENOTLEADER;
-            mpx__reply_hint(r, op->client_id, &r->reply, hint);
-        }
+        if (op->type != CONS_OP_NOOP)
+            not_leader(r, op, hint);
         cons_big_free(&r->pend_big[r->pend_head], &r->pend_bigs);
         r->pend_head = (r->pend_head + 1) % r->cfg.pending_max;
     }
@@ -369,6 +376,21 @@ void mpx__transfer(struct mpx *r)
      * change made it a member (mpx.h) can start at once. */
     mpx__send_simple(r, cons_replica(to), MPX_TIMEOUT_NOW, r->promised, r->commit);
     refuse_pending(r, to); /* the leader to be */
+    /* The requests in its slots not applied yet go back too. The next
+     * leader's phase 1 keeps them and it answers them once applied, but
+     * through its own reply flow, which a client has not joined again
+     * when that follower restarted earlier (a rolling restart: the
+     * client/flowkv.c went_away comment): sent there now, the client
+     * finds that out at once instead of at its resend timer (100 ms).
+     * Exactly once holds: a retry of an op the new leader applies is
+     * answered from the client table, one still in its log waits for it. */
+    for (uint64_t i = r->applied + 1; i < r->next_index; i++) {
+        const struct mpx_slot *s = mpx__cslot(r, i);
+        for (uint32_t k = 0; s != NULL && s->index == i && k < s->nops; k++) {
+            if (s->ops[k].type != CONS_OP_NOOP)
+                not_leader(r, &s->ops[k], to);
+        }
+    }
     mpx__become_follower(r);
     r->last_heard = r->now; /* it grants no pre-vote of its own meanwhile */
 }
@@ -946,11 +968,7 @@ static int32_t admit_change(struct mpx *r, const struct cons_op *op)
 static void on_request(struct mpx *r, const struct cons_op *op)
 {
     if (r->role != MPX_LEADER) {
-        memset(&r->reply, 0, offsetof(struct cons_reply, data));
-        r->reply.client_id = op->client_id;
-        r->reply.req_no = op->req_no;
-        r->reply.status = FK_ENOTLEADER;
-        mpx__reply(r, op->client_id, &r->reply);
+        not_leader(r, op, r->leader);
         return;
     }
     if ((r->cfg.bugs & MPX_BUG_LOCAL_READS) && op->type == CONS_OP_GET) {

@@ -314,6 +314,15 @@ int flow_flush(flow_source *s);
  * otherwise. Owner thread. */
 void flow_source_sweep(flow_source *s);
 
+/* Whether the targets this source writes to are still there, without
+ * writing: polls their connections. A target whose node went away without
+ * a word (its process exited: TCP's first write after that still
+ * succeeds, and only the next one fails) is seen gone and dropped as a
+ * failed write drops it. 0, or FK_ECLOSED when one is gone. A client that
+ * turns to a replica it has not written to for a while checks first
+ * (client/flowkv.c). Owner thread. */
+int flow_source_check(flow_source *s);
+
 /* The targets this source is attached to now: bit k for target index k.
  * A replicate push reaches exactly these (it attaches again to the others
  * later, between segments): a caller that must reach every target sends

@@ -673,6 +673,23 @@ static void sweep_departed(flow_source *s, uint64_t now)
     }
 }
 
+int flow_source_check(flow_source *s)
+{
+    if (s == NULL)
+        return FK_EINVAL;
+    if (!FLOW__OWNER_OK(s))
+        return FK_EWRONG_THREAD;
+    int rc = 0;
+    for (uint32_t k = 0; k < s->desc.ntargets && k < FLOW_TARGETS_MAX; k++) {
+        if (s->t[k].state != 1)
+            continue;
+        s->t[k].held = 1; /* makes reap poll: a closed connection is reported */
+        if (reap(s, (int)k) < 0)
+            rc = FK_ECLOSED;
+    }
+    return rc;
+}
+
 void flow_source_sweep(flow_source *s)
 {
     if (s == NULL || !FLOW__OWNER_OK(s) || s->desc.opts.kind != FLOW_SHUFFLE)

@@ -391,6 +391,49 @@ TEST(elastic_source_opens_past_a_dead_joined_target)
     flow_node_destroy(n);
 }
 
+/* A target's process killed after the source wrote to it: TCP's next
+ * write would still succeed (the one after fails), so a source that turns
+ * to a target it has not written to for a while checks it first
+ * (flow_source_check) and finds it gone without writing. */
+TEST(source_check_sees_a_target_gone_without_writing)
+{
+    struct ft_child c;
+    ft_fork(&c, full_joiner, (void *)1);
+    flow_node *n = ft_node();
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "tf", 2, home);
+    int idx;
+    ft_write(c.down[1], home, sizeof(home));
+    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 1);
+    flow_target *t0;
+    CHECK_OK(flow_target_open(n, "tf", 0, &t0));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "tf", 0, 2 * FT_SEC, &s));
+    struct ft_tuple tp = {7, 0, 7, ft_check(7, 0, 7)};
+    CHECK_OK(flow_push_to(s, 1, &tp, sizeof(tp)));
+    CHECK_OK(flow_flush(s));
+    CHECK_OK(flow_source_check(s)); /* both there */
+    kill(c.pid, SIGKILL);
+    CHECK_EQ_I64(ft_reap(&c, fk_now_ns() + 10 * FT_SEC), -1);
+    int rc = 0;
+    for (int i = 0; i < 100 && rc == 0; i++) { /* its kernel's FIN is on the way */
+        rc = flow_source_check(s);
+        if (rc == 0)
+            fk_sleep_ns(10 * FK_NSEC_PER_MSEC);
+    }
+    CHECK_ERR(rc, FK_ECLOSED);
+    CHECK_ERR(flow_push_to(s, 1, &tp, sizeof(tp)), FK_ECLOSED);
+    CHECK_OK(flow_source_check(s)); /* the declared target is still there */
+    CHECK_OK(flow_push_to(s, 0, &tp, sizeof(tp)));
+    CHECK_OK(flow_flush(s));
+    struct flow_item it;
+    CHECK_OK(flow_consume(t0, &it, 5 * FT_SEC));
+    CHECK_OK(flow_source_close(s));
+    flow_target_close(t0);
+    flow_node_destroy(n);
+}
+
 /* Elastic membership: a joined target killed without leaving holds its
  * index only until the flow is full; the next joiner finds its node gone
  * and takes the index (no source ever pushed to the dead one). */
