@@ -681,11 +681,10 @@ int flow_source_check(flow_source *s)
         return FK_EWRONG_THREAD;
     int rc = 0;
     for (uint32_t k = 0; k < s->desc.ntargets && k < FLOW_TARGETS_MAX; k++) {
-        if (s->t[k].state != 1)
+        if (s->t[k].state != 1 || fab_conn_check(s->t[k].conn) == 0)
             continue;
-        s->t[k].held = 1; /* makes reap poll: a closed connection is reported */
-        if (reap(s, (int)k) < 0)
-            rc = FK_ECLOSED;
+        target_gone(s, (int)k); /* as a failed write */
+        rc = FK_ECLOSED;
     }
     return rc;
 }

@@ -334,6 +334,13 @@ int fab_conn_wait(fab_conn *conn, uint64_t timeout_ns)
     return conn->node->ops->conn_wait(conn, timeout_ns);
 }
 
+int fab_conn_check(fab_conn *conn)
+{
+    if (conn == NULL)
+        return FK_EINVAL;
+    return conn->node->ops->conn_check(conn);
+}
+
 int fab_call(fab_conn *conn, const void *req, size_t len, void *resp, size_t cap,
              uint64_t timeout_ns)
 {

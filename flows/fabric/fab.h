@@ -269,6 +269,13 @@ int fab_poll(fab_conn *conn, struct fab_wc *wc, int max);
  * Returns 0 or FK_ETIMEDOUT, FK_EUNREACHABLE. Owner thread. */
 int fab_conn_wait(fab_conn *conn, uint64_t timeout_ns);
 
+/* Whether the peer is still there, without posting anything: 0, or
+ * FK_EUNREACHABLE once the connection is known dead (tcp: the peer's
+ * socket closed, which the first write after a peer's exit does not see;
+ * verbs: rdma_cm reported it disconnected, which fab_poll looks at only
+ * now and then). A system call or two. Owner thread. */
+int fab_conn_check(fab_conn *conn);
+
 /* Sends a control message and waits for the peer handler's response: returns
  * its length (copied into resp, at most cap bytes) or the handler's negative
  * code, FK_ETIMEDOUT, FK_ETOOBIG (len > FAB_MSG_MAX), FK_EUNREACHABLE.

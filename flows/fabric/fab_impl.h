@@ -28,6 +28,7 @@ struct fab__ops {
                 uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags);
     int (*poll)(fab_conn *conn, struct fab_wc *wc, int max);
     int (*conn_wait)(fab_conn *conn, uint64_t timeout_ns);
+    int (*conn_check)(fab_conn *conn);
     int (*call)(fab_conn *conn, const void *req, size_t len, void *resp, size_t cap,
                 uint64_t timeout_ns);
     int (*ep_open)(fab_node *node, fab_ep **out);

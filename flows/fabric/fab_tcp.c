@@ -1178,6 +1178,7 @@ const struct fab__ops fab__tcp_ops = {
     .post = fab__tcp_post,
     .poll = fab__tcp_poll,
     .conn_wait = fab__tcp_conn_wait,
+    .conn_check = fab__tcp_conn_check,
     .call = fab__tcp_call,
     .ep_open = fab__udp_open,
     .ep_close = fab__udp_close,

@@ -369,6 +369,14 @@ static int wait_input(struct tcp_conn *c, uint64_t deadline, int count_stash)
     }
 }
 
+/* What arrived is read into rbuf (fab__tcp_poll parses it later); a
+ * closed peer shows as EOF. */
+int fab__tcp_conn_check(fab_conn *bc)
+{
+    struct tcp_conn *c = (struct tcp_conn *)bc;
+    return fill_rbuf(c) < 0 ? FK_EUNREACHABLE : 0;
+}
+
 int fab__tcp_conn_wait(fab_conn *bc, uint64_t timeout_ns)
 {
     struct tcp_conn *c = (struct tcp_conn *)bc;

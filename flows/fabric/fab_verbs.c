@@ -868,6 +868,7 @@ const struct fab__ops fab__verbs_ops = {
     .post = fab__verbs_post,
     .poll = fab__verbs_poll,
     .conn_wait = fab__verbs_conn_wait,
+    .conn_check = fab__verbs_conn_check,
     .call = fab__verbs_call,
     .ep_open = fab__verbs_ep_open,
     .ep_close = fab__verbs_ep_close,

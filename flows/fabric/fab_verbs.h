@@ -156,6 +156,7 @@ int fab__verbs_post(fab_conn *conn, fab_mr *lmr, uint32_t op, void *local, size_
                     uint64_t raddr, uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags);
 int fab__verbs_poll(fab_conn *conn, struct fab_wc *wc, int max);
 int fab__verbs_conn_wait(fab_conn *conn, uint64_t timeout_ns);
+int fab__verbs_conn_check(fab_conn *conn);
 int fab__verbs_call(fab_conn *conn, const void *req, size_t len, void *resp, size_t cap,
                     uint64_t timeout_ns);
 

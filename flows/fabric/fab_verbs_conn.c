@@ -661,6 +661,13 @@ static void block(struct vb_conn *c, uint64_t deadline)
     check_cm(c);
 }
 
+int fab__verbs_conn_check(fab_conn *bc)
+{
+    struct vb_conn *c = (struct vb_conn *)bc;
+    check_cm(c);
+    return c->state == VB_S_ERROR ? FK_EUNREACHABLE : 0;
+}
+
 int fab__verbs_conn_wait(fab_conn *bc, uint64_t timeout_ns)
 {
     struct vb_conn *c = (struct vb_conn *)bc;
