@@ -35,7 +35,6 @@ static void not_leader(struct mpx *r, const struct cons_op *op, uint32_t hint)
  * once: dropped, each waited out its client's resend timer (100 ms at
  * least, client/flowkv.c) after a leader's handover. The leader's own
  * NO-OPs (queue_noop) have no client. */
-
 static void refuse_pending(struct mpx *r, uint32_t hint)
 {
     for (; r->pend_n > 0; r->pend_n--) {

@@ -358,6 +358,21 @@ static void full_joiner(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
+/* A node declaring "tf" (joinable, 2 targets) whose index 1 a child
+ * (full_joiner) joined and holds until it is killed. */
+static flow_node *joined_by_child(struct ft_child *c)
+{
+    ft_fork(c, full_joiner, (void *)1);
+    flow_node *n = ft_node();
+    char home[FAB_ADDR_MAX];
+    declare_joinable(n, "tf", 2, home);
+    int idx;
+    ft_write(c->down[1], home, sizeof(home));
+    CHECK_OK(ft_read(c->up[0], &idx, sizeof(idx)));
+    CHECK_EQ_I64(idx, 1);
+    return n;
+}
+
 /* A joined target that died before the source opened (a client that
  * joined a replica's reply flow and went away before the replica opened
  * its source) does not fail the open: the source opens, pushes to that
@@ -365,14 +380,7 @@ static void full_joiner(struct ft_child *c, void *arg)
 TEST(elastic_source_opens_past_a_dead_joined_target)
 {
     struct ft_child c;
-    ft_fork(&c, full_joiner, (void *)1);
-    flow_node *n = ft_node();
-    char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tf", 2, home);
-    int idx;
-    ft_write(c.down[1], home, sizeof(home));
-    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
-    CHECK_EQ_I64(idx, 1);
+    flow_node *n = joined_by_child(&c);
     kill(c.pid, SIGKILL);
     CHECK_EQ_I64(ft_reap(&c, fk_now_ns() + 10 * FT_SEC), -1);
     flow_target *t0;
@@ -398,14 +406,7 @@ TEST(elastic_source_opens_past_a_dead_joined_target)
 TEST(source_check_sees_a_target_gone_without_writing)
 {
     struct ft_child c;
-    ft_fork(&c, full_joiner, (void *)1);
-    flow_node *n = ft_node();
-    char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tf", 2, home);
-    int idx;
-    ft_write(c.down[1], home, sizeof(home));
-    CHECK_OK(ft_read(c.up[0], &idx, sizeof(idx)));
-    CHECK_EQ_I64(idx, 1);
+    flow_node *n = joined_by_child(&c);
     flow_target *t0;
     CHECK_OK(flow_target_open(n, "tf", 0, &t0));
     flow_source *s;
