@@ -69,6 +69,8 @@ stop_all() { # stop_all DIR: its replicas, TERM (bounded 5 s each), then KILL
     local i
     for i in 0 1 2; do stop "$1" "$i" TERM; done
 }
+# p95_of FILE: the read p95 of a YCSB report, us.
+p95_of() { awk -F', ' '$1=="[READ]" && $2=="95thPercentileLatency(us)" {print $3}' "$1"; }
 # rss_of PID...: the largest VmRSS among them, MiB.
 rss_of() {
     local m=0 r p
