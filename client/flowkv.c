@@ -327,6 +327,8 @@ static void rejoin_due(struct chan *ch, uint64_t now)
             join(ch, i) < 0) {
             uint64_t t = fk_now_ns();
             int refused = t - t0 < REJOIN_PROBE_NS / 2;
+            fk_debug("client", "replica %u: joining again failed after %llu ms", i,
+                     (unsigned long long)((t - t0) / FK_NSEC_PER_MSEC));
             r->retry_at =
                 t + (refused && t - r->left_at < REJOIN_FAST_NS ? REJOIN_NS / 10 : REJOIN_NS);
         }
@@ -534,6 +536,10 @@ static int chan_create(const char *path, const char *bind, uint64_t timeout_ns, 
         for (uint32_t i = 0; i < ch->n; i++) {
             uint64_t t0 = fk_now_ns();
             int jr = join(ch, i);
+            if (jr < 0)
+                fk_debug("client", "replica %u: join failed after %llu ms: %s", i,
+                         (unsigned long long)((fk_now_ns() - t0) / FK_NSEC_PER_MSEC),
+                         fk_strerror(jr));
             if (jr == 0)
                 joined++;
             else
@@ -1103,8 +1109,21 @@ static void on_op_reply(struct chan *ch, uint32_t from, uint64_t dst, const uint
         rep.req_no != s->req_no)
         return;
     if (rep.status == FK_ENOTLEADER) {
-        ch->leader = hint < ch->n && hint != from ? hint : (from + 1) % ch->n;
+        uint32_t to = hint < ch->n && hint != from ? hint : (from + 1) % ch->n;
+        ch->leader = to;
         s->tries = 1; /* give the hinted leader two tries */
+        if (ch->r[to].req == NULL) {
+            /* A leader this channel has not joined (its join lost a
+             * handshake, or it went away): the request would go on to the
+             * next replica and come straight back with the same hint,
+             * thousands of round trips a second. The leader is joined at
+             * the next timer tick (at most every REJOIN_NS / 10 while the
+             * hints keep naming it) and the request goes at its resend. */
+            uint64_t soon = fk_now_ns() + REJOIN_NS / 10;
+            if (ch->r[to].retry_at > soon)
+                ch->r[to].retry_at = soon;
+            return;
+        }
         send_slot(ch, s);
         staged(ch);
         return;

@@ -199,15 +199,21 @@ static int wait_space(flow_source *s, int k)
          * it reads the consumed counter itself, as bandwidth mode does. */
         if (!bw && now - st->full_since >= FLOW__CREDIT_STALL_NS && !st->read_pending)
             post_consumed_read(s, k, 0);
+        /* Each wait ends by the push's deadline: a server's replies push
+         * with a 2 ms timeout (SRV_NET_PUSH_NS), and a full 10 ms wait per
+         * reply to a client whose credit read was lost held its loop 10
+         * ms a reply. */
+        uint64_t wait =
+            deadline - now < 10 * FK_NSEC_PER_MSEC ? deadline - now : 10 * FK_NSEC_PER_MSEC;
         if (s->desc.opts.mode == FLOW_BANDWIDTH) {
-            fab_conn_wait(st->conn, 10 * FK_NSEC_PER_MSEC);
+            fab_conn_wait(st->conn, wait);
             if (!st->read_pending)
                 post_consumed_read(s, k, 0);
         } else {
             uint64_t bell = fab_node_doorbell(flow__fab(s->node));
             refresh_consumed(s, k);
             if (st->sent - st->consumed >= st->nseg)
-                fab_node_wait(flow__fab(s->node), bell, 10 * FK_NSEC_PER_MSEC);
+                fab_node_wait(flow__fab(s->node), bell, wait);
         }
     }
 }
@@ -444,6 +450,8 @@ static int ensure_target(flow_source *s, int k)
      * not departed: writing it off would drop everything pushed to its
      * index for good. It is tried again after a backoff
      * (FLOW__REATTACH_NS doubling), so that pushes stay cheap. */
+    fk_debug("flows", "flow %s target %d: attach failed (%u in a row)", s->desc.name, k,
+             s->t[k].fails + 1);
     uint32_t sh = s->t[k].fails < FLOW__REATTACH_SHIFT ? s->t[k].fails : FLOW__REATTACH_SHIFT;
     s->t[k].fails++;
     s->t[k].state = 3;

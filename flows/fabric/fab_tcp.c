@@ -1086,6 +1086,13 @@ static int bind_listener(struct tcp_node *n, const char *host, uint16_t port)
         rc = uv_listen((uv_stream_t *)&n->listener, 128, on_connection);
     if (rc < 0)
         return rc;
+    /* Accepted sockets inherit the listener's retransmission floor, so
+     * that the handshake's round-trip sample already sets their timeout
+     * by it (set on the accepted socket alone, it applied from the next
+     * sample: a first response lost still waited 200 ms). */
+    uv_os_fd_t lfd;
+    if (uv_fileno((uv_handle_t *)&n->listener, &lfd) == 0)
+        fab__tcp_tune(lfd);
     struct sockaddr_in got;
     int len = sizeof(got);
     uv_tcp_getsockname(&n->listener, (struct sockaddr *)&got, &len);

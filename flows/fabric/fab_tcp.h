@@ -46,6 +46,10 @@ _Static_assert(FAB__TCP_IN_CAP >= FAB__TCP_OUT_CAP, "a response burst fits one i
 
 /* Active side (fab_tcp_conn.c). */
 int fab__tcp_connect(fab_node *node, const char *addr, uint64_t timeout_ns, fab_conn **out);
+/* Sets the options every fabric socket has, either side: no Nagle delay,
+ * and TCP's minimum retransmission timeout at FAB_TCP_RTO_MIN_US where the
+ * kernel lets a socket set it (fab_tcp_conn.c says why). */
+void fab__tcp_tune(int fd);
 void fab__tcp_conn_close(fab_conn *conn);
 int fab__tcp_post(fab_conn *conn, fab_mr *lmr, uint32_t op, void *local, size_t len, uint64_t raddr,
                   uint32_t rkey, uint64_t add, uint64_t cookie, unsigned flags);

@@ -17,6 +17,9 @@
 #   nsc_restart_empty i     kill, remove its data directory, start
 #   nsc_partition i         host i drops all traffic to and from the other
 #                           hosts and the client; nsc_heal removes it
+#   nsc_cut_client i        host i drops all traffic to and from the client
+#                           only (the replicas still reach each other);
+#                           nsc_heal removes it
 #   nsc_loss PERCENT        random drop of PERCENT% of the packets on every
 #                           host's wire, input and output (so a host-to-host
 #                           packet crosses two drop points); 0 removes it
@@ -245,6 +248,21 @@ table inet nsc_part {
     chain out {
         type filter hook output priority 0; policy accept;
         ip daddr { $others } drop
+    }
+}
+EOF
+}
+
+nsc_cut_client() {
+    ip netns exec "${NSC_HOSTS[$1]}" nft -f - <<EOF
+table inet nsc_part {
+    chain in {
+        type filter hook input priority 0; policy accept;
+        ip saddr $NSC_CADDR drop
+    }
+    chain out {
+        type filter hook output priority 0; policy accept;
+        ip daddr $NSC_CADDR drop
     }
 }
 EOF

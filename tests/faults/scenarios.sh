@@ -23,13 +23,16 @@
 # partition length (3; the sequencer's host: FX_SEQ_PART_S, 6, past the
 # failover's detection), FX_DOWN_S follower downtime (2), FX_LOSS percent (5),
 # FX_DELAY_MS and FX_JITTER_MS the delay per packet (5 ms + 0..5 ms),
+# FX_CUT_REQS_MAX the requests the other replicas may take while the
+# client cannot reach the leader (2000 in FX_PART_S and the dumps' time:
+# resends, a few hundred; the loop this guards against, 74,568),
 # FX_TIMEOUT_MS client timeout per operation (1000; under loss
 # FX_LOSS_TIMEOUT_MS, 3000), FX_SIDE_WRITES the kv_check writer's count
 # (1500), FX_KEEP where failed scenarios leave their logs (FX_KEEP_ALL=1:
 # every scenario).
 
 # shellcheck disable=SC2034 # read by test_faults.sh
-FX_SCENARIOS="leader-crash follower-restart leader-partition loss delay sequencer-failover sequencer-partition cluster-restart"
+FX_SCENARIOS="leader-crash follower-restart leader-partition client-cut loss delay sequencer-failover sequencer-partition cluster-restart"
 FX_SECONDS=${FX_SECONDS:-8}
 FX_CLIENTS=${FX_CLIENTS:-4}
 FX_KEYS=${FX_KEYS:-8}
@@ -45,6 +48,7 @@ FX_TIMEOUT_MS=${FX_TIMEOUT_MS:-1000}
 # the clients there get a longer per-operation timeout.
 FX_LOSS_TIMEOUT_MS=${FX_LOSS_TIMEOUT_MS:-3000}
 FX_SIDE_WRITES=${FX_SIDE_WRITES:-1500}
+FX_CUT_REQS_MAX=${FX_CUT_REQS_MAX:-2000}
 FX_ROWS=()
 
 # fx__label PROTO SCENARIO: the name the report uses.
@@ -53,6 +57,7 @@ fx__label() {
     leader-crash) echo "leader crash (kill -9)" ;;
     follower-restart) echo "follower crash, restart from disk" ;;
     leader-partition) echo "leader partitioned into a minority, healed" ;;
+    client-cut) echo "the client cut off from the leader only, healed" ;;
     loss) echo "${FX_LOSS}% packet loss on every host" ;;
     delay) echo "${FX_DELAY_MS} ms + 0..${FX_JITTER_MS} ms delay on every host's packets" ;;
     sequencer-failover)
@@ -202,6 +207,13 @@ fx__seq_back() {
     fi
 }
 
+# fx__reqs_to_others L: the client requests (kv.req and kv.oum messages)
+# every replica but L has taken, from their state dumps.
+fx__reqs_to_others() {
+    nsc_dump | awk -v l="[$1]" '$1 != l && match($0, / req [0-9]+ oum [0-9]+/) {
+        split(substr($0, RSTART, RLENGTH), f, " "); n += f[2] + f[4] } END { print n + 0 }'
+}
+
 # fx__inject PROTO SCENARIO DIR: the fault, while the workload runs; sets
 # FX_NOTE (what was done) and FX_WHY on a fault that could not be made. The
 # leader is asked again at the fault (the one found at the start otherwise).
@@ -234,6 +246,26 @@ fx__inject() {
         nsc_heal
         FX_NOTE="leader $l cut off ${FX_PART_S}s"
         FX_AFTER="fx__caught_up $l"
+        ;;
+    client-cut)
+        # The cluster is whole; only this client cannot reach the leader,
+        # so it cannot be served until the cut heals (a follower answers
+        # "not the leader", naming it). It must wait for it, not bounce
+        # between the followers: a client whose join of the leader failed
+        # sent each request on to the next replica at every such answer,
+        # thousands of round trips a second.
+        l=$(nsc_leader)
+        l=${l:-$FX_LEADER}
+        local before after
+        before=$(fx__reqs_to_others "$l")
+        nsc_cut_client "$l" || FX_WHY="nft could not cut the client off host $l"
+        fx__stamp "$d"
+        sleep "$FX_PART_S"
+        after=$(fx__reqs_to_others "$l")
+        nsc_heal
+        FX_NOTE="the client cut off leader $l ${FX_PART_S}s; the others took $((after - before)) requests meanwhile"
+        [ $((after - before)) -le "$FX_CUT_REQS_MAX" ] ||
+            FX_WHY="the other replicas took $((after - before)) requests while the client could not reach leader $l (at most $FX_CUT_REQS_MAX)"
         ;;
     loss | delay)
         # Set before the workload started (fx_run) and the stamp taken

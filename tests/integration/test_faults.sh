@@ -3,9 +3,9 @@
 # and NOPaxos, each scenario of tests/faults/scenarios.sh on a fresh
 # 3-replica cluster whose replicas and client live in their own network
 # namespaces (tests/faults/netns.sh): leader crash, follower crash and
-# restart from disk, leader partitioned into a minority, packet loss on
-# every host, packet delay on every host, sequencer failover, whole-cluster
-# restart. One check per
+# restart from disk, leader partitioned into a minority, the client cut
+# off from the leader alone, packet loss on every host, packet delay on
+# every host, sequencer failover, whole-cluster restart. One check per
 # scenario and protocol, naming the operations completed, the
 # unavailability window and the violations (must be 0); a table of them
 # closes the output. Needs root, ip netns, nft and iptables-legacy: without
