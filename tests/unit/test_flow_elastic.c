@@ -218,20 +218,26 @@ static void target_joiner(struct ft_child *c, void *arg)
 }
 
 /* Declares name on n: one source, one target on n, room for joined
- * targets up to max_targets in all (latency mode); home gets n's address
- * for the joiners. */
-static void declare_joinable(flow_node *n, const char *name, uint32_t max_targets,
-                             char home[FAB_ADDR_MAX])
+ * targets up to max_targets in all (latency mode, or the mode given to
+ * declare_joinable_mode); home gets n's address for the joiners. */
+static void declare_joinable_mode(flow_node *n, const char *name, uint32_t max_targets,
+                                  enum flow_mode mode, char home[FAB_ADDR_MAX])
 {
     struct flow_schema sc;
     ft_schema(&sc);
     struct flow_opts o;
-    flow_opts_default(&o, FLOW_SHUFFLE, FLOW_LATENCY);
+    flow_opts_default(&o, FLOW_SHUFFLE, mode);
     o.max_targets = max_targets;
     const char *tg[1] = {flow_node_addr(n)};
     CHECK_OK(flow_declare(n, name, &sc, 1, tg, 1, &o));
     memset(home, 0, FAB_ADDR_MAX);
     snprintf(home, FAB_ADDR_MAX, "%s", flow_node_addr(n));
+}
+
+static void declare_joinable(flow_node *n, const char *name, uint32_t max_targets,
+                             char home[FAB_ADDR_MAX])
+{
+    declare_joinable_mode(n, name, max_targets, FLOW_LATENCY, home);
 }
 
 TEST(elastic_targets_join_leave_index_reused)
@@ -358,19 +364,25 @@ static void full_joiner(struct ft_child *c, void *arg)
     flow_node_destroy(n);
 }
 
-/* A node declaring "tf" (joinable, 2 targets) whose index 1 a child
- * (full_joiner) joined and holds until it is killed. */
-static flow_node *joined_by_child(struct ft_child *c)
+/* A node declaring "tf" (joinable, 2 targets, in the given mode) whose
+ * index 1 a child (full_joiner) joined and holds, consuming nothing, until
+ * it is killed. */
+static flow_node *joined_by_child_mode(struct ft_child *c, enum flow_mode mode)
 {
     ft_fork(c, full_joiner, (void *)1);
     flow_node *n = ft_node();
     char home[FAB_ADDR_MAX];
-    declare_joinable(n, "tf", 2, home);
+    declare_joinable_mode(n, "tf", 2, mode, home);
     int idx;
     ft_write(c->down[1], home, sizeof(home));
     CHECK_OK(ft_read(c->up[0], &idx, sizeof(idx)));
     CHECK_EQ_I64(idx, 1);
     return n;
+}
+
+static flow_node *joined_by_child(struct ft_child *c)
+{
+    return joined_by_child_mode(c, FLOW_LATENCY);
 }
 
 /* A joined target that died before the source opened (a client that
@@ -433,6 +445,57 @@ TEST(source_check_sees_a_target_gone_without_writing)
     CHECK_OK(flow_source_close(s));
     flow_target_close(t0);
     flow_node_destroy(n);
+}
+
+/* A push into a full ring whose target stopped answering (a client
+ * machine stalled, its packets lost) returns by the source's timeout: a
+ * replica pushes each reply with a 2 ms one (SRV_NET_PUSH_NS), and each
+ * such push waited 10 ms for the ring's credit or counter, so under the
+ * fault suite's loss a replica's loop spent 10 ms a reply on one client. */
+static void stalled_target_push(enum flow_mode mode)
+{
+    struct ft_child c;
+    flow_node *n = joined_by_child_mode(&c, mode);
+    flow_target *t0;
+    CHECK_OK(flow_target_open(n, "tf", 0, &t0));
+    flow_source *s;
+    CHECK_OK(flow_source_open(n, "tf", 0, 2 * FT_SEC, &s));
+    flow_source_set_timeout(s, 2 * FK_NSEC_PER_MSEC);
+    struct ft_tuple tp = {7, 0, 7, ft_check(7, 0, 7)};
+    int rc = 0;
+    for (int i = 0; i < 1000000 && rc == 0; i++) /* the child consumes nothing */
+        rc = flow_push_to(s, 1, &tp, sizeof(tp));
+    CHECK_ERR(rc, FK_ETIMEDOUT);
+    kill(c.pid, SIGSTOP);
+    uint64_t took[9];
+    for (int i = 0; i < 9; i++) {
+        uint64_t t = fk_now_ns();
+        CHECK_ERR(flow_push_to(s, 1, &tp, sizeof(tp)), FK_ETIMEDOUT);
+        took[i] = fk_now_ns() - t;
+        for (int j = i; j > 0 && took[j - 1] > took[j]; j--) { /* kept sorted */
+            uint64_t x = took[j];
+            took[j] = took[j - 1];
+            took[j - 1] = x;
+        }
+    }
+    kill(c.pid, SIGKILL);
+    CHECK_EQ_I64(ft_reap(&c, fk_now_ns() + 10 * FT_SEC), -1);
+    /* The median: 2 ms of timeout, a preemption of the test aside. */
+    CHECK_MSG(took[4] < 6 * FK_NSEC_PER_MSEC, "a push with a 2 ms timeout took %.1f ms",
+              (double)took[4] / 1e6);
+    CHECK_OK(flow_source_close(s));
+    flow_target_close(t0);
+    flow_node_destroy(n);
+}
+
+TEST(push_to_a_stalled_target_returns_by_its_timeout_latency)
+{
+    stalled_target_push(FLOW_LATENCY);
+}
+
+TEST(push_to_a_stalled_target_returns_by_its_timeout_bandwidth)
+{
+    stalled_target_push(FLOW_BANDWIDTH);
 }
 
 /* Elastic membership: a joined target killed without leaving holds its
