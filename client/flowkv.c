@@ -474,6 +474,45 @@ static void join_failed(const struct chan *ch, const char *path, int why, int re
                  "joining the first replica", fk_strerror(why));
 }
 
+/* One replica's join on a thread of its own (join_all). */
+struct join_job {
+    struct chan *ch;
+    uint32_t i;
+    int rc;
+    uint64_t took;
+    pthread_t th;
+    int started;
+};
+
+static void *join_main(void *arg)
+{
+    struct join_job *j = arg;
+    uint64_t t0 = fk_now_ns();
+    j->rc = join(j->ch, j->i);
+    j->took = fk_now_ns() - t0;
+    return NULL;
+}
+
+/* Joins every replica at once, jobs[i] telling how replica i's went. A
+ * join is some seven connections and control calls, each a few round
+ * trips (the token's handshake included): one replica after another, a
+ * client's open cost three times that, two seconds under the fault
+ * suite's 5-10 ms delays. Each join writes only ch->r[i]; the flows it
+ * opens belong to its thread until the channel's lock adopts them
+ * (ch_adopt, flowkv_open). A thread that cannot start joins here. */
+static void join_all(struct chan *ch, struct join_job *jobs)
+{
+    for (uint32_t i = 0; i < ch->n; i++) {
+        jobs[i] = (struct join_job){.ch = ch, .i = i};
+        jobs[i].started = pthread_create(&jobs[i].th, NULL, join_main, &jobs[i]) == 0;
+        if (!jobs[i].started)
+            join_main(&jobs[i]);
+    }
+    for (uint32_t i = 0; i < ch->n; i++)
+        if (jobs[i].started)
+            pthread_join(jobs[i].th, NULL);
+}
+
 /* A new channel on the cluster of the file at path: its node, joined to
  * every replica that answers (NOPaxos: and its ordered request flow). */
 static int chan_create(const char *path, const char *bind, uint64_t timeout_ns, uint32_t slots,
@@ -533,13 +572,13 @@ static int chan_create(const char *path, const char *bind, uint64_t timeout_ns, 
     uint64_t deadline = fk_now_ns() + timeout_ns;
     for (int slow = 1; joined == 0 && refused == 0 && slow && fk_now_ns() < deadline;) {
         slow = 0;
+        struct join_job jobs[CONS_REPLICAS_MAX];
+        join_all(ch, jobs);
         for (uint32_t i = 0; i < ch->n; i++) {
-            uint64_t t0 = fk_now_ns();
-            int jr = join(ch, i);
+            int jr = jobs[i].rc;
             if (jr < 0)
                 fk_debug("client", "replica %u: join failed after %llu ms: %s", i,
-                         (unsigned long long)((fk_now_ns() - t0) / FK_NSEC_PER_MSEC),
-                         fk_strerror(jr));
+                         (unsigned long long)(jobs[i].took / FK_NSEC_PER_MSEC), fk_strerror(jr));
             if (jr == 0)
                 joined++;
             else
@@ -547,7 +586,7 @@ static int chan_create(const char *path, const char *bind, uint64_t timeout_ns, 
             refused += jr == FK_EAUTH;
             if (jr == FK_ENOMEM && full < 0)
                 full = (int)i;
-            slow |= jr < 0 && fk_now_ns() - t0 >= OPEN_NS / 4;
+            slow |= jr < 0 && jobs[i].took >= OPEN_NS / 4;
             if (jr < 0 && why == 0)
                 why = jr;
         }
