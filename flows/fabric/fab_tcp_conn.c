@@ -142,20 +142,20 @@ static int race_connect(const struct sockaddr_in *sa, uint64_t timeout_ns)
     int n = 0, won = -1, rc = 0;
     uint64_t now = fk_now_ns(), deadline = now + timeout_ns, next = now;
     uint64_t gap = FAB_TCP_SYN_RACE_NS;
-    while (won < 0 && rc == 0) {
-        if (now >= next && n < FAB_TCP_SYN_RACE_MAX) {
-            int fd;
-            rc = start_connect(sa, &fd);
-            if (rc < 0)
+    for (;;) {
+        if (n < FAB_TCP_SYN_RACE_MAX && now >= next) {
+            int fd, r = start_connect(sa, &fd);
+            if (r < 0) {
+                rc = r;
                 break;
-            pfd[n] = (struct pollfd){fd, POLLOUT, 0};
-            won = rc == 1 ? n : -1;
-            rc = 0;
-            n++;
+            }
+            pfd[n++] = (struct pollfd){fd, POLLOUT, 0};
+            if (r == 1) {
+                won = n - 1;
+                break;
+            }
             next = now + gap;
             gap *= 2;
-            if (won >= 0)
-                break;
         }
         if (now >= deadline) {
             rc = FK_EUNREACHABLE;
@@ -168,21 +168,23 @@ static int race_connect(const struct sockaddr_in *sa, uint64_t timeout_ns)
             break;
         }
         for (int i = 0; i < n && won < 0 && rc == 0; i++) {
-            if (pfd[i].revents == 0)
-                continue;
             int err = 0;
             socklen_t el = sizeof(err);
+            if (pfd[i].revents == 0)
+                continue;
             if (getsockopt(pfd[i].fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err != 0)
                 rc = FK_EUNREACHABLE;
             else
                 won = i;
         }
+        if (won >= 0 || rc < 0)
+            break;
         now = fk_now_ns();
     }
     for (int i = 0; i < n; i++)
         if (i != won)
             close(pfd[i].fd);
-    return won >= 0 ? pfd[won].fd : rc < 0 ? rc : FK_EUNREACHABLE;
+    return won >= 0 ? pfd[won].fd : rc;
 }
 
 static int connect_fd(const char *addr, uint64_t timeout_ns)
