@@ -209,6 +209,13 @@ void nop__on_start_view(struct nop *r, const struct nop_msg *m)
     if (m->from != nop__leader_of(r, v) || v.leader_num < r->view.leader_num ||
         v.session < r->view.session || (r->status == NOP_NORMAL && nop__view_eq(v, r->view)))
         return;
+    /* Every slot this replica committed is in every later view's log
+     * (section 5.2.3): a log that ends before them is no leader's, and
+     * taking it cut the log below what the machine executed (fuzz_nop,
+     * a durable replica restored with 9 slots executed, then an empty
+     * START-VIEW). */
+    if (m->lo + m->nents - 1 < r->commit)
+        return;
     if (adopt_start(r, m, 0) < 0)
         return;
     /* The view's log: mine up to the sender's snap (committed here, or
